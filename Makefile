@@ -1,0 +1,45 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Each sets itself up.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Debian packages the integration tests and the demo use: real Prometheus,
+# promtool, Alertmanager, VictoriaMetrics, Redis, stress-ng, fio, wrk, nft.
+DEB_PKGS := prometheus prometheus-alertmanager victoria-metrics redis-server stress-ng fio wrk nftables iproute2
+
+.PHONY: demo test lint typecheck unit bench debs clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,demo,gpu,otel]'
+	touch $(STAMP)
+
+debs:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get -o DPkg::Lock::Timeout=300 update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q $$missing; \
+	fi
+
+demo: debs $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/aivitals demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+
+test: debs $(STAMP)
+	$(MAKE) --no-print-directory lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,161 @@
+"""The one exception hierarchy of aivitals.
+
+Every error a user can cause or meet is an ``AivitalsError``; the CLI catches it
+at the top and prints ``Type: message`` with exit code 1. Third-party errors are
+mapped onto this tree at the boundary (``raise X from exc``) so callers never
+have to know which library sat underneath.
+
+::
+
+    AivitalsError
+    ├── ConfigError                 a setting, argument or header value is invalid
+    ├── ParseError                  text that should follow a format does not
+    │   ├── ExpositionError         Prometheus text / OpenMetrics exposition
+    │   └── QueryError              PromQL that does not parse or cannot be evaluated
+    │       └── UnsupportedQueryError   valid PromQL that aivitals does not evaluate
+    ├── StoreError                  the embedded time-series store refused something
+    │   ├── SampleRejected          out-of-order, duplicate or non-finite sample
+    │   └── CardinalityLimitError   a new series would pass the series limit
+    ├── BackendError                a remote Prometheus / VictoriaMetrics failed
+    │   └── BackendTimeout
+    ├── CollectorError              a signal source failed (collectors report it, never raise it)
+    ├── RuleError                   an alert or recording rule is invalid
+    ├── SignatureError              a diagnosis signature is invalid
+    ├── NotifyError                 a webhook or Alertmanager could not be reached
+    ├── FaultError                  a fault could not be started or reverted
+    │   └── FaultRefused            a fault or load that would leave this machine, or too long
+    ├── AlreadyRunning              a second exclusive run (validate, demo) was started
+    └── ServiceError                the demo service or a component it starts failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AivitalsError",
+    "AlreadyRunning",
+    "BackendError",
+    "BackendTimeout",
+    "CardinalityLimitError",
+    "CollectorError",
+    "ConfigError",
+    "ExpositionError",
+    "FaultError",
+    "FaultRefused",
+    "NotifyError",
+    "ParseError",
+    "QueryError",
+    "RuleError",
+    "SampleRejected",
+    "ServiceError",
+    "SignatureError",
+    "StoreError",
+    "UnsupportedQueryError",
+]
+
+
+class AivitalsError(Exception):
+    """Base of every error aivitals raises on purpose."""
+
+
+class ConfigError(AivitalsError):
+    """A setting, argument or header value is invalid; the message names it."""
+
+
+class ParseError(AivitalsError):
+    """Text that should follow a known format does not."""
+
+
+class ExpositionError(ParseError):
+    """Prometheus text or OpenMetrics exposition that cannot be parsed."""
+
+
+class QueryError(ParseError):
+    """PromQL that does not parse, or cannot be evaluated on the data."""
+
+    def __init__(self, message: str, *, expr: str | None = None) -> None:
+        self.expr = expr
+        super().__init__(f"{message} (in {expr!r})" if expr else message)
+
+
+class UnsupportedQueryError(QueryError):
+    """Valid PromQL naming a construct the embedded store does not evaluate.
+
+    Raised instead of returning an answer that could be wrong.
+    """
+
+    def __init__(self, construct: str, *, expr: str | None = None) -> None:
+        self.construct = construct
+        super().__init__(f"unsupported PromQL construct: {construct}", expr=expr)
+
+
+class StoreError(AivitalsError):
+    """The embedded time-series store refused an operation."""
+
+
+class SampleRejected(StoreError):
+    """A sample was refused (out of order, duplicate, not finite where required)."""
+
+    def __init__(self, reason: str, series: str, timestamp_ms: int) -> None:
+        self.reason = reason
+        self.series = series
+        self.timestamp_ms = timestamp_ms
+        super().__init__(f"sample rejected ({reason}): {series} @ {timestamp_ms}")
+
+
+class CardinalityLimitError(StoreError):
+    """Creating a new series would pass the configured series limit."""
+
+    def __init__(self, metric: str, limit: int) -> None:
+        self.metric = metric
+        self.limit = limit
+        super().__init__(f"series limit {limit} reached; new series of {metric!r} refused")
+
+
+class BackendError(AivitalsError):
+    """A remote query backend (Prometheus, VictoriaMetrics) answered with an error."""
+
+
+class BackendTimeout(BackendError):
+    """A remote query backend did not answer in time."""
+
+
+class CollectorError(AivitalsError):
+    """A signal source failed. Collectors turn this into ``aivitals_collector_up 0``."""
+
+
+class RuleError(AivitalsError):
+    """An alert or recording rule is invalid; the message names the rule."""
+
+    def __init__(self, rule: str, problem: str) -> None:
+        self.rule = rule
+        self.problem = problem
+        super().__init__(f"rule {rule!r}: {problem}")
+
+
+class SignatureError(AivitalsError):
+    """A diagnosis signature is invalid; the message names its id."""
+
+    def __init__(self, signature: str, problem: str) -> None:
+        self.signature = signature
+        self.problem = problem
+        super().__init__(f"signature {signature!r}: {problem}")
+
+
+class NotifyError(AivitalsError):
+    """A notification target (webhook, Alertmanager) could not be reached."""
+
+
+class FaultError(AivitalsError):
+    """A fault could not be started or reverted."""
+
+
+class FaultRefused(FaultError):
+    """A fault or load that was refused before it started (target off this machine, bad duration)."""
+
+
+class AlreadyRunning(AivitalsError):
+    """An exclusive run (``validate``, ``demo``) is already in progress."""
+
+
+class ServiceError(AivitalsError):
+    """The demo service, or a component it starts (Redis, uvicorn), failed."""

@@ -1,0 +1,1 @@
+"""aivitals.load"""

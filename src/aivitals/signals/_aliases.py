@@ -1,0 +1,143 @@
+"""Foreign metric names mapped onto the catalogue.
+
+Engines rename their metrics between releases (vLLM's ``gpu_cache_usage_perc``
+became ``kv_cache_usage_perc``); the scrape path applies this table so a rule
+written against our names keeps working whatever the engine calls them.
+Sources: vLLM v1 metrics, TGI, Triton, DCGM exporter, OpenTelemetry GenAI
+semantic conventions (dots as emitted by OTel, underscores as the Prometheus
+exporter writes them).
+"""
+
+from __future__ import annotations
+
+from ._spec import Alias
+
+_MIB = 1024.0 * 1024.0
+
+ALIASES: tuple[Alias, ...] = (
+    # --- OpenTelemetry GenAI semantic conventions ------------------------------------
+    Alias("gen_ai.server.request.duration", "http_request_duration_seconds", "otel", histogram=True),
+    Alias("gen_ai_server_request_duration_seconds", "http_request_duration_seconds", "otel",
+          histogram=True),
+    Alias("gen_ai.server.time_to_first_token", "model_time_to_first_token_seconds", "otel",
+          histogram=True),
+    Alias("gen_ai_server_time_to_first_token_seconds", "model_time_to_first_token_seconds",
+          "otel", histogram=True),
+    Alias("gen_ai.server.time_per_output_token", "model_time_per_output_token_seconds", "otel",
+          histogram=True),
+    Alias("gen_ai_server_time_per_output_token_seconds", "model_time_per_output_token_seconds",
+          "otel", histogram=True),
+    Alias("gen_ai.client.token.usage", "model_input_tokens", "otel", histogram=True,
+          note="token type input; output tokens go to model_output_tokens",
+          extra={"gen_ai.token.type=output": "model_output_tokens"}),
+    Alias("gen_ai_client_token_usage", "model_input_tokens", "otel", histogram=True,
+          extra={"gen_ai_token_type=output": "model_output_tokens"}),
+    # --- vLLM (v1 engine) -------------------------------------------------------------
+    Alias("vllm:num_requests_waiting", "queue_length", "vllm", add_labels=(("queue", "engine"),)),
+    Alias("vllm:num_requests_running", "model_inferences_in_progress", "vllm"),
+    Alias("vllm:kv_cache_usage_perc", "kv_cache_usage_ratio", "vllm",
+          note="a 0-1 fraction despite the name"),
+    Alias("vllm:gpu_cache_usage_perc", "kv_cache_usage_ratio", "vllm", deprecated=True,
+          note="renamed to vllm:kv_cache_usage_perc in v1"),
+    Alias("vllm:time_to_first_token_seconds", "model_time_to_first_token_seconds", "vllm",
+          histogram=True),
+    Alias("vllm:inter_token_latency_seconds", "model_time_per_output_token_seconds", "vllm",
+          histogram=True),
+    Alias("vllm:time_per_output_token_seconds", "model_time_per_output_token_seconds", "vllm",
+          histogram=True, deprecated=True, note="renamed to vllm:inter_token_latency_seconds"),
+    Alias("vllm:e2e_request_latency_seconds", "http_request_duration_seconds", "vllm",
+          histogram=True),
+    Alias("vllm:request_queue_time_seconds", "queue_wait_seconds", "vllm", histogram=True,
+          add_labels=(("queue", "engine"),)),
+    Alias("vllm:request_inference_time_seconds", "model_inference_time_seconds", "vllm",
+          histogram=True),
+    Alias("vllm:prefix_cache_queries", "kv_cache_queries_total", "vllm"),
+    Alias("vllm:prefix_cache_queries_total", "kv_cache_queries_total", "vllm"),
+    Alias("vllm:prefix_cache_hits", "kv_cache_hits_total", "vllm"),
+    Alias("vllm:prefix_cache_hits_total", "kv_cache_hits_total", "vllm"),
+    Alias("vllm:num_preemptions", "model_preemptions_total", "vllm"),
+    Alias("vllm:num_preemptions_total", "model_preemptions_total", "vllm"),
+    Alias("vllm:prompt_tokens_total", "model_input_tokens_sum", "vllm",
+          note="counter of prompt tokens; maps onto the histogram's sum"),
+    Alias("vllm:generation_tokens_total", "model_output_tokens_sum", "vllm",
+          note="counter of generated tokens; maps onto the histogram's sum"),
+    Alias("vllm:request_prompt_tokens", "model_input_tokens", "vllm", histogram=True),
+    Alias("vllm:request_generation_tokens", "model_output_tokens", "vllm", histogram=True),
+    # --- Hugging Face TGI -------------------------------------------------------------
+    Alias("tgi_queue_size", "queue_length", "tgi", add_labels=(("queue", "engine"),)),
+    Alias("tgi_request_queue_duration", "queue_wait_seconds", "tgi", histogram=True,
+          add_labels=(("queue", "engine"),)),
+    Alias("tgi_request_inference_duration", "model_inference_time_seconds", "tgi",
+          histogram=True),
+    Alias("tgi_request_duration", "http_request_duration_seconds", "tgi", histogram=True),
+    Alias("tgi_request_mean_time_per_token_duration", "model_time_per_output_token_seconds",
+          "tgi", histogram=True),
+    Alias("tgi_request_input_length", "model_input_tokens", "tgi", histogram=True),
+    Alias("tgi_request_generated_tokens", "model_output_tokens", "tgi", histogram=True),
+    Alias("tgi_batch_current_size", "model_inferences_in_progress", "tgi"),
+    # --- NVIDIA Triton ------------------------------------------------------------------
+    Alias("nv_inference_queue_duration_us", "queue_wait_seconds_sum", "triton", scale=1e-6,
+          add_labels=(("queue", "engine"),), note="cumulative microseconds"),
+    Alias("nv_inference_compute_infer_duration_us", "model_inference_time_seconds_sum",
+          "triton", scale=1e-6, note="cumulative microseconds"),
+    Alias("nv_inference_request_duration_us", "http_request_duration_seconds_sum", "triton",
+          scale=1e-6, note="cumulative microseconds"),
+    Alias("nv_inference_count", "model_inference_time_seconds_count", "triton"),
+    Alias("nv_inference_pending_request_count", "queue_length", "triton",
+          add_labels=(("queue", "engine"),)),
+    Alias("nv_inference_request_failure", "model_inference_errors_total", "triton",
+          add_labels=(("error_code", "UNKNOWN"),)),
+    Alias("nv_gpu_memory_used_bytes", "gpu_memory_used_bytes", "triton"),
+    Alias("nv_gpu_memory_total_bytes", "gpu_memory_total_bytes", "triton"),
+    Alias("nv_gpu_utilization", "gpu_utilization_ratio", "triton", note="already 0-1"),
+    Alias("nv_gpu_power_usage", "gpu_power_watts", "triton"),
+    Alias("nv_gpu_power_limit", "gpu_power_limit_watts", "triton"),
+    # --- DCGM exporter ------------------------------------------------------------------
+    Alias("DCGM_FI_DEV_FB_USED", "gpu_memory_used_bytes", "dcgm", scale=_MIB),
+    Alias("DCGM_FI_DEV_FB_FREE", "gpu_memory_free_bytes", "dcgm", scale=_MIB),
+    Alias("DCGM_FI_DEV_GPU_UTIL", "gpu_utilization_ratio", "dcgm", scale=0.01),
+    Alias("DCGM_FI_DEV_MEM_COPY_UTIL", "gpu_memory_utilization_ratio", "dcgm", scale=0.01),
+    Alias("DCGM_FI_DEV_GPU_TEMP", "gpu_temperature_celsius", "dcgm"),
+    Alias("DCGM_FI_DEV_POWER_USAGE", "gpu_power_watts", "dcgm"),
+    Alias("DCGM_FI_DEV_SM_CLOCK", "gpu_sm_clock_hertz", "dcgm", scale=1e6),
+    Alias("DCGM_FI_DEV_MEM_CLOCK", "gpu_memory_clock_hertz", "dcgm", scale=1e6),
+    Alias("DCGM_FI_DEV_XID_ERRORS", "gpu_last_xid", "dcgm",
+          note="holds only the last Xid code, never resets; kept as a gauge of that code"),
+    Alias("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "gpu_pcie_tx_bytes_per_second", "dcgm", scale=1024.0),
+    Alias("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "gpu_pcie_rx_bytes_per_second", "dcgm", scale=1024.0),
+)
+
+_BY_FOREIGN: dict[str, Alias] = {a.foreign: a for a in ALIASES}
+
+
+def alias_for(foreign_name: str) -> Alias | None:
+    """The alias for a foreign family or sample name, or None.
+
+    Histogram samples are looked up through their family (``x_bucket`` -> ``x``).
+    """
+    found = _BY_FOREIGN.get(foreign_name)
+    if found is not None:
+        return found
+    for suffix in ("_bucket", "_sum", "_count"):
+        if foreign_name.endswith(suffix):
+            family = _BY_FOREIGN.get(foreign_name[: -len(suffix)])
+            if family is not None and family.histogram:
+                return family
+    return None
+
+
+def translate(foreign_name: str) -> tuple[str, float, tuple[tuple[str, str], ...]] | None:
+    """Our sample name, the scale to apply and the labels to add; None if unknown.
+
+    ``translate("vllm:time_to_first_token_seconds_bucket")`` gives
+    ``("model_time_to_first_token_seconds_bucket", 1.0, ())``.
+    """
+    alias = alias_for(foreign_name)
+    if alias is None:
+        return None
+    if foreign_name == alias.foreign:
+        return alias.ours, alias.scale, alias.add_labels
+    suffix = foreign_name[len(alias.foreign):]
+    # Bucket boundaries (le) are in the foreign unit; only histograms whose
+    # scale is 1 are aliased as histograms, so the suffix maps straight across.
+    return alias.ours + suffix, alias.scale, alias.add_labels
