@@ -20,7 +20,11 @@ from .errors import AivitalsError
 #: name -> ("module", "attribute", "one-line help"); the help is here so that
 #: listing the commands does not import them.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "query": ("aivitals.tsdb._cli", "query", "Evaluate PromQL on a store, a snapshot or Prometheus."),
+    "query": (
+        "aivitals.tsdb._cli",
+        "query",
+        "Evaluate PromQL on a store, a snapshot or Prometheus.",
+    ),
 }
 
 

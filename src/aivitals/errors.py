@@ -150,7 +150,7 @@ class FaultError(AivitalsError):
 
 
 class FaultRefused(FaultError):
-    """A fault or load that was refused before it started (target off this machine, bad duration)."""
+    """A fault or load refused before it started (target off this machine, bad duration)."""
 
 
 class AlreadyRunning(AivitalsError):

@@ -21,6 +21,7 @@ from ._catalogue import (
     iter_metrics,
 )
 from ._errors import ERROR_CODES, ErrorCode, ErrorInfo, classify_exception
+from ._prom import metric
 from ._sample import Sample
 from ._spec import Alias, Layer, MetricSpec, MetricType
 
@@ -44,5 +45,6 @@ __all__ = [
     "family_of",
     "get",
     "iter_metrics",
+    "metric",
     "translate",
 ]

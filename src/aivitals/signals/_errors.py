@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from ._spec import Layer
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     CUDA_OOM = "CUDA_OOM"
     CUDA_ERROR = "CUDA_ERROR"
     XID = "XID"
@@ -51,28 +51,48 @@ ERROR_CODES: dict[ErrorCode, ErrorInfo] = {
         ErrorInfo(ErrorCode.CUDA_ERROR, Layer.MODEL, 500, "CUDA runtime error (e.g. error 700)"),
         ErrorInfo(ErrorCode.XID, Layer.MODEL, 500, "the GPU driver reported an Xid error"),
         ErrorInfo(ErrorCode.MODEL_ERROR, Layer.MODEL, 500, "the model call raised"),
-        ErrorInfo(ErrorCode.TOKENIZER_ERROR, Layer.BUSINESS, 422,
-                  "the tokenizer failed on the input (UnicodeDecodeError, IndexError)"),
+        ErrorInfo(
+            ErrorCode.TOKENIZER_ERROR,
+            Layer.BUSINESS,
+            422,
+            "the tokenizer failed on the input (UnicodeDecodeError, IndexError)",
+        ),
         ErrorInfo(ErrorCode.INPUT_REJECTED, Layer.BUSINESS, 422, "input refused by the guard"),
         ErrorInfo(ErrorCode.INPUT_TOO_LARGE, Layer.BUSINESS, 413, "body over the byte limit"),
         ErrorInfo(ErrorCode.INPUT_INVALID_UTF8, Layer.BUSINESS, 400, "body is not valid UTF-8"),
-        ErrorInfo(ErrorCode.INPUT_CONTROL_CHARS, Layer.BUSINESS, 422,
-                  "control characters in the input"),
-        ErrorInfo(ErrorCode.INPUT_FULLWIDTH, Layer.BUSINESS, 422,
-                  "full-width characters in the input"),
-        ErrorInfo(ErrorCode.INPUT_TOO_MANY_TOKENS, Layer.BUSINESS, 422,
-                  "input over the token limit"),
+        ErrorInfo(
+            ErrorCode.INPUT_CONTROL_CHARS, Layer.BUSINESS, 422, "control characters in the input"
+        ),
+        ErrorInfo(
+            ErrorCode.INPUT_FULLWIDTH, Layer.BUSINESS, 422, "full-width characters in the input"
+        ),
+        ErrorInfo(
+            ErrorCode.INPUT_TOO_MANY_TOKENS, Layer.BUSINESS, 422, "input over the token limit"
+        ),
         ErrorInfo(ErrorCode.INPUT_BAD_JSON, Layer.BUSINESS, 400, "body is not valid JSON"),
         ErrorInfo(ErrorCode.TIMEOUT, Layer.SERVICE, 504, "deadline passed; work aborted"),
-        ErrorInfo(ErrorCode.CLIENT_DISCONNECT, Layer.SERVICE, 499,
-                  "client went away; work aborted"),
+        ErrorInfo(
+            ErrorCode.CLIENT_DISCONNECT, Layer.SERVICE, 499, "client went away; work aborted"
+        ),
         ErrorInfo(ErrorCode.QUEUE_FULL, Layer.SERVICE, 429, "admission queue full"),
-        ErrorInfo(ErrorCode.DEADLINE_UNMEETABLE, Layer.SERVICE, 429,
-                  "predicted wait exceeds the request's deadline"),
-        ErrorInfo(ErrorCode.MEMORY_RESERVATION, Layer.MODEL, 429,
-                  "GPU memory reservation for the request failed"),
-        ErrorInfo(ErrorCode.DEPENDENCY_DOWN, Layer.INFRASTRUCTURE, 503,
-                  "a dependency (Redis, upstream) is unreachable"),
+        ErrorInfo(
+            ErrorCode.DEADLINE_UNMEETABLE,
+            Layer.SERVICE,
+            429,
+            "predicted wait exceeds the request's deadline",
+        ),
+        ErrorInfo(
+            ErrorCode.MEMORY_RESERVATION,
+            Layer.MODEL,
+            429,
+            "GPU memory reservation for the request failed",
+        ),
+        ErrorInfo(
+            ErrorCode.DEPENDENCY_DOWN,
+            Layer.INFRASTRUCTURE,
+            503,
+            "a dependency (Redis, upstream) is unreachable",
+        ),
         ErrorInfo(ErrorCode.INTERNAL, Layer.SERVICE, 500, "unhandled exception in the service"),
         ErrorInfo(ErrorCode.UNKNOWN, Layer.SERVICE, 500, "error not in the table"),
     )

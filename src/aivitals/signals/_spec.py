@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class MetricType(str, Enum):
+class MetricType(StrEnum):
     COUNTER = "counter"
     GAUGE = "gauge"
     HISTOGRAM = "histogram"
     INFO = "info"
 
 
-class Layer(str, Enum):
+class Layer(StrEnum):
     """The four fault layers of the domain, plus the service's edge."""
 
     MODEL = "model"

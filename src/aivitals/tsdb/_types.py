@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
 from typing import Literal, Protocol, runtime_checkable
 
 ResultType = Literal["vector", "matrix", "scalar", "string"]
