@@ -413,7 +413,7 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
     ),
     # --- host -----------------------------------------------------------------------
     ("host_cpu_seconds_total", C, "seconds", INFRA, ("mode",), "CPU time by mode, all cores."),
-    ("host_cpu_count", G, "cpus", INFRA, (), "Logical CPUs."),
+    ("host_cpus", G, "cpus", INFRA, (), "Logical CPUs."),
     ("host_load1", G, "", INFRA, (), "1-minute load average."),
     ("host_load5", G, "", INFRA, (), "5-minute load average."),
     ("host_load15", G, "", INFRA, (), "15-minute load average."),
