@@ -144,7 +144,7 @@ def _exposition_of_whole_catalogue() -> str:
     registry = CollectorRegistry()
     for spec in signals.iter_metrics():
         m = signals.metric(spec.name, registry=registry)
-        values = {label: "x" for label in spec.labels}
+        values = dict.fromkeys(spec.labels, "x")
         child = m.labels(**values) if spec.labels else m
         if spec.type is MetricType.COUNTER:
             child.inc()  # type: ignore[attr-defined]
