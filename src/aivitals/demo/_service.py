@@ -1,0 +1,297 @@
+"""The demo service's work, apart from HTTP: models, cache, pool, GPU accounting, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import ServiceError
+from ._cache import ResponseCache, make_cache
+from ._config import DemoConfig
+from ._faults import InProcessFaults
+from ._gpu import GpuAccount, make_gpu_account
+from ._models import DemoModels, GenerationResult
+
+__all__ = ["DemoService", "QueueFullError", "WorkHandle"]
+
+T = TypeVar("T")
+log = logging.getLogger("aivitals.demo")
+_MIB = 2**20
+
+
+class QueueFullError(ServiceError):
+    """The bounded model queue is full; the request is refused (429)."""
+
+
+@dataclass(slots=True)
+class WorkHandle:
+    """One generation in flight: the abort hook and what the worker produced."""
+
+    abort: threading.Event
+    future: concurrent.futures.Future[GenerationResult]
+
+
+class DemoService:
+    """Everything the routes call. Models load once; ``start``/``close`` bracket its life.
+
+    **Usage**::
+
+        service = DemoService(DemoConfig())
+        service.start()                      # loads models (unless given), warms up
+        vectors = await service.embed(["hello"])
+        service.close()
+    """
+
+    def __init__(self, config: DemoConfig, *, models: DemoModels | None = None) -> None:
+        self.config = config
+        self._models = models
+        self._models_lock = threading.Lock()
+        self.cache: ResponseCache = make_cache(
+            config.redis_url if config.cache_enabled else None,
+            ttl=config.cache_ttl,
+            jitter=config.cache_jitter,
+            registry=config.registry,
+        )
+        self.gpu: GpuAccount | None = None
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config.workers, thread_name_prefix="aivitals-demo-worker"
+        )
+        self._slots = threading.BoundedSemaphore(config.workers + config.queue_size)
+        self._waiting = 0
+        self._running = 0
+        self._counts_lock = threading.Lock()
+        self._stuck = threading.Event()
+        self._stuck.set()
+        self._leak: list[bytearray] = []
+        self._leak_lock = threading.Lock()
+        self.faults = InProcessFaults(
+            on_change={
+                "worker_pool_stuck": self._on_pool_stuck,
+                "cold_start": self._on_cold_start,
+                "slow_inference": self._on_slow,
+                "gpu_leak": self._on_gpu_leak,
+                "process_memory_leak": self._on_memory_leak,
+            }
+        )
+        self.ready = False
+        self.warmup_seconds: float | None = None
+
+    # --- life -----------------------------------------------------------------------------
+    def start(self) -> None:
+        models = self.models()
+        self.gpu = make_gpu_account(
+            models.device,
+            self.config.sim_gpu_dir,
+            gpu=self.config.sim_gpu_index,
+            memory_total=self.config.sim_gpu_memory_total,
+        )
+        self.warmup_seconds = models.warm_up()
+        self.ready = True
+
+    def close(self) -> None:
+        self.ready = False
+        self.faults.stop_all()
+        self._stuck.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.gpu is not None:
+            self.gpu.close()
+        self.cache.close()
+
+    def models(self) -> DemoModels:
+        """The loaded models; reloads them after a cold start (under a lock, once)."""
+        models = self._models
+        if models is not None:
+            return models
+        with self._models_lock:
+            if self._models is None:
+                log.info("loading models", extra={"event": "model_load"})
+                self._models = DemoModels.load(self.config)
+                self._models.warm_up()
+                self.ready = True
+            return self._models
+
+    @property
+    def models_loaded(self) -> bool:
+        return self._models is not None
+
+    # --- the pool -------------------------------------------------------------------------
+    @property
+    def queue_length(self) -> int:
+        return self._waiting
+
+    @property
+    def active_workers(self) -> int:
+        return self._running
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on a worker; refuse at once when the bounded queue is full."""
+        future = self.submit(fn)
+        return await asyncio.wrap_future(future)
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        if not self._slots.acquire(blocking=False):
+            raise QueueFullError(
+                f"model queue full ({self.config.queue_size} waiting, "
+                f"{self.config.workers} workers busy)"
+            )
+        with self._counts_lock:
+            self._waiting += 1
+        try:
+            return self.pool.submit(self._execute, fn)
+        except RuntimeError:
+            self._slots.release()
+            with self._counts_lock:
+                self._waiting -= 1
+            raise ServiceError("the demo service is shutting down") from None
+
+    def _execute(self, fn: Callable[[], T]) -> T:
+        with self._counts_lock:
+            self._waiting -= 1
+            self._running += 1
+        try:
+            return fn()
+        finally:
+            with self._counts_lock:
+                self._running -= 1
+            self._slots.release()
+
+    # --- model work (runs on a worker) --------------------------------------------------
+    def embed_sync(self, texts: list[str]) -> tuple[list[list[float]], int, float]:
+        models = self.models()
+        tokens = sum(models.count_tokens(t) for t in texts)
+        nbytes = max(1, tokens) * self.config.sim_kv_bytes_per_token // 4
+        gpu = self._gpu()
+        gpu.reserve(nbytes)
+        started = time.perf_counter()
+        try:
+            vectors = models.embed(texts)
+        finally:
+            spent = time.perf_counter() - started
+            gpu.busy(spent)
+            gpu.release(nbytes)
+        return vectors, tokens, spent
+
+    def generate_sync(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        *,
+        seed: int,
+        on_token: Callable[[int, str], None],
+        abort: threading.Event,
+    ) -> GenerationResult:
+        models = self.models()
+        gpu = self._gpu()
+        nbytes = (len(prompt_ids) + max_tokens) * self.config.sim_kv_bytes_per_token
+        gpu.reserve(nbytes)  # the KV cache this request will need, as an engine reserves it
+        busy_pending = [0.0]
+
+        def delay(spent: float) -> float:
+            busy_pending[0] += spent
+            if busy_pending[0] > 0.05:  # book busy time in slices so utilization follows
+                gpu.busy(busy_pending[0])
+                busy_pending[0] = 0.0
+            factor = max(self.faults.param("slow_inference", "factor") or 1.0, gpu.slowdown())
+            return spent * (factor - 1.0)
+
+        try:
+            return models.generate(
+                prompt_ids,
+                max_tokens,
+                seed=seed,
+                on_token=on_token,
+                should_stop=abort.is_set,
+                per_token_delay=delay,
+            )
+        finally:
+            gpu.busy(busy_pending[0])
+            gpu.release(nbytes)
+
+    def _gpu(self) -> GpuAccount:
+        if self.gpu is None:
+            raise ServiceError("the demo service was not started")
+        return self.gpu
+
+    # --- per-request fault effects (on the event loop) -----------------------------------
+    def on_request(self) -> None:
+        seconds = self.faults.param("event_loop_block", "seconds")
+        if seconds:
+            time.sleep(seconds)  # the fault: sync work on the event loop
+        mib = self.faults.param("process_memory_leak", "mib_per_request")
+        if mib:
+            self._grow_leak(mib)
+        gpu_mib = self.faults.param("gpu_leak", "mib_per_request")
+        if gpu_mib and self.gpu is not None:
+            try:
+                self.gpu.leak(int(gpu_mib * _MIB))
+            except Exception as exc:  # the leak filled the device: that is the fault's end state
+                log.warning("gpu leak allocation failed: %s", exc)
+
+    @property
+    def aborts_on_timeout(self) -> bool:
+        return not self.faults.active("no_abort_timeouts")
+
+    def _grow_leak(self, mib: float) -> None:
+        cap = (self.faults.param("process_memory_leak", "max_mib") or 0) * _MIB
+        with self._leak_lock:
+            if sum(len(b) for b in self._leak) + mib * _MIB > cap:
+                return
+            chunk = bytearray(int(mib * _MIB))
+            chunk[::4096] = b"\x01" * len(chunk[::4096])  # touch every page so RSS grows
+            self._leak.append(chunk)
+
+    # --- fault hooks -------------------------------------------------------------------------
+    def _on_pool_stuck(self, on: bool, params: dict[str, float]) -> None:
+        if not on:
+            self._stuck.set()
+            return
+        self._stuck.clear()
+        count = int(params.get("workers") or 0) or self.config.workers
+        for _ in range(count):
+            self.pool.submit(self._block_worker)
+
+    def _block_worker(self) -> None:
+        with self._counts_lock:
+            self._running += 1
+        try:
+            self._stuck.wait(timeout=3600)
+        finally:
+            with self._counts_lock:
+                self._running -= 1
+
+    def _on_cold_start(self, on: bool, params: dict[str, float]) -> None:
+        if on:
+            with self._models_lock:
+                self._models = None
+                self.ready = False
+            os.sched_yield()
+
+    def _on_slow(self, on: bool, params: dict[str, float]) -> None:
+        if self.gpu is not None:
+            self.gpu.set_slowdown(params["factor"] if on else 1.0)
+
+    def _on_gpu_leak(self, on: bool, params: dict[str, float]) -> None:
+        if not on and self.gpu is not None:
+            self.gpu.clear_leak()
+
+    def _on_memory_leak(self, on: bool, params: dict[str, float]) -> None:
+        if not on:
+            with self._leak_lock:
+                self._leak.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "queue_length": self._waiting,
+            "active_workers": self._running,
+            "workers": self.config.workers,
+            "models_loaded": self.models_loaded,
+            "cache": self.cache.backend.name,
+            "gpu_backend": None if self.gpu is None else self.gpu.backend,
+        }

@@ -1,0 +1,273 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aivitals.demo import LM_MODEL_NAME, DemoConfig, DemoModels, create_app
+
+TOKEN = "test-chaos-token"
+
+
+@asynccontextmanager
+async def client_for(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    # ASGITransport does not run the lifespan; drive it by hand so models warm up.
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://demo") as client:
+            yield client
+
+
+def run(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(fn())
+
+
+def make_app(models: DemoModels, tmp_path: Path | None = None, **changes: Any) -> Any:
+    cfg = DemoConfig(
+        registry=CollectorRegistry(),
+        sim_gpu_dir=None if tmp_path is None else tmp_path / "sim",
+        **changes,
+    )
+    return create_app(cfg, models=models)
+
+
+def test_embeddings_shape_and_determinism(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models, cache_enabled=False)) as c:
+            r1 = await c.post("/v1/embeddings", json={"input": ["hello world", "a cat"]})
+            r2 = await c.post("/v1/embeddings", json={"input": ["hello world", "a cat"]})
+        assert r1.status_code == 200, r1.text
+        data = r1.json()["data"]
+        assert len(data) == 2 and len(data[0]["embedding"]) == 384
+        norm = math.sqrt(sum(x * x for x in data[0]["embedding"]))
+        assert abs(norm - 1.0) < 1e-4
+        assert data[0]["embedding"] != data[1]["embedding"]
+        for a, b in zip(data[0]["embedding"], r2.json()["data"][0]["embedding"], strict=True):
+            assert abs(a - b) < 1e-6
+        assert r1.json()["usage"]["prompt_tokens"] > 0
+
+    run(body)
+
+
+def test_embeddings_similar_texts_are_closer(demo_models: DemoModels) -> None:
+    vec = demo_models.embed(["a cat sits on the mat", "a kitten on a rug", "stock market crash"])
+    dot = [sum(x * y for x, y in zip(vec[0], v, strict=True)) for v in vec[1:]]
+    assert dot[0] > dot[1]  # real weights: meaning is captured
+
+
+def test_cache_hit_on_repeat(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        app = make_app(demo_models)
+        async with client_for(app) as c:
+            first = await c.post("/v1/embeddings", json={"input": "cache me"})
+            second = await c.post("/v1/embeddings", json={"input": "cache me"})
+            metrics = app.state.service.config.registry
+        assert first.headers["x-cache"] == "miss"
+        assert second.headers["x-cache"] == "hit"
+        assert first.json() == second.json()
+        hits = metrics.get_sample_value(
+            "cache_requests_total", {"cache": "memory", "result": "hit"}
+        )
+        assert hits == 1.0
+
+    run(body)
+
+
+def test_streaming_completion_ttft_before_total(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models)) as c:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            first: float | None = None
+            chunks: list[dict[str, Any]] = []
+            req = {"prompt": "tell me a story", "max_tokens": 24, "stream": True}
+            async with c.stream("POST", "/v1/completions", json=req) as r:
+                assert r.status_code == 200
+                assert r.headers["content-type"].startswith("text/event-stream")
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    if first is None:
+                        first = loop.time() - start
+                    if line == "data: [DONE]":
+                        break
+                    chunks.append(json.loads(line[6:]))
+            total = loop.time() - start
+        assert first is not None and first < total
+        texts = [c["choices"][0]["text"] for c in chunks if c["choices"][0]["text"]]
+        assert len(texts) == 24
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert chunks[0]["model"] == LM_MODEL_NAME
+
+    run(body)
+
+
+def test_completion_is_deterministic_for_a_seed(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models, cache_enabled=False)) as c:
+            req = {"prompt": "hello", "max_tokens": 8, "seed": 7}
+            a = (await c.post("/v1/completions", json=req)).json()
+            b = (await c.post("/v1/completions", json=req)).json()
+        assert a["choices"][0]["text"] == b["choices"][0]["text"]
+        assert a["usage"]["completion_tokens"] == 8
+        assert "random weights" in a["model"]
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "status", "code"),
+    [
+        ("/v1/completions", {"prompt": "x", "max_tokens": 100_000}, 422, "INPUT_REJECTED"),
+        ("/v1/completions", {"prompt": "word " * 2000}, 422, "INPUT_TOO_MANY_TOKENS"),
+        ("/v1/embeddings", {"input": []}, 422, "INPUT_REJECTED"),
+        ("/v1/embeddings", {"input": ["x"] * 1000}, 422, "INPUT_REJECTED"),
+    ],
+)
+def test_bad_input_is_refused_with_a_code(
+    demo_models: DemoModels, path: str, payload: dict[str, Any], status: int, code: str
+) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models)) as c:
+            r = await c.post(path, json=payload)
+        assert r.status_code == status, r.text
+        assert r.json()["error"]["code"] == code
+
+    run(body)
+
+
+def test_bad_json_and_schema_are_refused(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models)) as c:
+            r1 = await c.post("/v1/embeddings", content=b"{not json")
+            r2 = await c.post("/v1/completions", json={"max_tokens": 3})
+            r3 = await c.post(
+                "/v1/completions", json={"prompt": "x"}, headers={"X-Request-Timeout": "-1"}
+            )
+        assert r1.status_code in (400, 422)
+        assert r2.status_code == 422
+        assert r3.status_code == 422 and r3.json()["error"]["code"] == "INPUT_REJECTED"
+
+    run(body)
+
+
+def test_deadline_aborts_the_generation(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        app = make_app(demo_models, cache_enabled=False, max_new_tokens=256)
+        async with client_for(app) as c:
+            r = await c.post(
+                "/v1/completions",
+                json={"prompt": "long", "max_tokens": 256},
+                headers={"X-Request-Timeout": "0.05"},
+            )
+        assert r.status_code == 504
+        assert r.json()["error"]["code"] == "TIMEOUT"
+
+    run(body)
+
+
+def test_chaos_endpoint_absent_without_token(demo_models: DemoModels) -> None:
+    async def body() -> None:
+        async with client_for(make_app(demo_models)) as c:
+            r = await c.post("/_aivitals/chaos", json={"fault": "gpu_leak", "action": "start"})
+            g = await c.get("/_aivitals/chaos")
+        assert r.status_code == 404 and g.status_code == 404
+
+    run(body)
+
+
+def test_chaos_endpoint_starts_lists_and_stops(demo_models: DemoModels, tmp_path: Path) -> None:
+    async def body() -> None:
+        app = make_app(demo_models, tmp_path, chaos_token=TOKEN)
+        hdr = {"X-Aivitals-Token": TOKEN}
+        async with client_for(app) as c:
+            denied = await c.post("/_aivitals/chaos", json={"fault": "gpu_leak", "action": "start"})
+            bad = await c.post(
+                "/_aivitals/chaos", json={"fault": "nope", "action": "start"}, headers=hdr
+            )
+            bad_param = await c.post(
+                "/_aivitals/chaos",
+                json={"fault": "gpu_leak", "action": "start", "params": {"duration": -1}},
+                headers=hdr,
+            )
+            ok = await c.post(
+                "/_aivitals/chaos",
+                json={"fault": "slow_inference", "action": "start", "params": {"factor": 3}},
+                headers=hdr,
+            )
+            listed = (await c.get("/_aivitals/chaos", headers=hdr)).json()
+            stop = await c.post(
+                "/_aivitals/chaos", json={"fault": "slow_inference", "action": "stop"}, headers=hdr
+            )
+            after = (await c.get("/_aivitals/chaos", headers=hdr)).json()
+        assert denied.status_code == 403
+        assert bad.status_code == 400 and "nope" in bad.json()["error"]
+        assert bad_param.status_code == 400 and "duration" in bad_param.json()["error"]
+        assert ok.status_code == 200
+        assert [f["fault"] for f in listed["active"]] == ["slow_inference"]
+        assert stop.json()["stopped"] is True
+        assert after["active"] == []
+
+    run(body)
+
+
+def test_gpu_leak_grows_sim_memory_and_reverts(demo_models: DemoModels, tmp_path: Path) -> None:
+    from aivitals.collect.gpu import SimGPU
+
+    async def body() -> None:
+        app = make_app(demo_models, tmp_path, chaos_token=TOKEN, cache_enabled=False)
+        hdr = {"X-Aivitals-Token": TOKEN}
+        async with client_for(app) as c:
+            sim = SimGPU(tmp_path / "sim")
+            base = sim.device(0).memory_used
+            await c.post(
+                "/_aivitals/chaos",
+                json={"fault": "gpu_leak", "action": "start", "params": {"mib_per_request": 64}},
+                headers=hdr,
+            )
+            for _ in range(3):
+                assert (await c.post("/v1/embeddings", json={"input": "x"})).status_code == 200
+            leaked = sim.device(0).memory_used - base
+            await c.post(
+                "/_aivitals/chaos", json={"fault": "gpu_leak", "action": "stop"}, headers=hdr
+            )
+            after = sim.device(0).memory_used - base
+        assert leaked == 3 * 64 * 2**20
+        assert after == 0
+
+    run(body)
+
+
+def test_sim_oom_answers_503_cuda_oom(demo_models: DemoModels, tmp_path: Path) -> None:
+    from aivitals.collect.gpu import SimGPU
+
+    async def body() -> None:
+        app = make_app(demo_models, tmp_path, cache_enabled=False)
+        async with client_for(app) as c:
+            SimGPU(tmp_path / "sim").inject_oom(0, 1)
+            r = await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            ok = await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "CUDA_OOM"
+        assert "CUDA out of memory" in r.json()["error"]["message"]
+        assert ok.status_code == 200
+
+    run(body)
+
+
+def test_config_rejects_bad_values() -> None:
+    from aivitals.errors import ConfigError
+
+    for bad in ({"workers": 0}, {"cache_jitter": 1.5}, {"device": "tpu"}, {"redis_url": "x"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            DemoConfig(**bad)
+    with pytest.raises(ConfigError, match="AIVITALS_DEMO_WORKERS"):
+        DemoConfig.from_env({"AIVITALS_DEMO_WORKERS": "many"})
+    assert DemoConfig.from_env({"AIVITALS_CHAOS_TOKEN": "abcdefghij"}).chaos_token == "abcdefghij"
