@@ -25,6 +25,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "query",
         "Evaluate PromQL on a store, a snapshot or Prometheus.",
     ),
+    "load": (
+        "aivitals.load._cli",
+        "load",
+        "Send open-loop, closed-loop or trace-replay load to a local service.",
+    ),
+    "capacity": (
+        "aivitals.load._cli",
+        "capacity",
+        "Sweep concurrency and report the knee where P95 jumps.",
+    ),
 }
 
 
