@@ -1,1 +1,79 @@
-"""aivitals.instrument"""
+"""aivitals.instrument: one line turns an ASGI AI service into an observable one.
+
+**Usage**::
+
+    import aivitals
+    app = aivitals.instrument(app)                     # HTTP metrics, request id, /metrics
+    aivitals.instrument.configure_logging("svc.jsonl")   # JSON lifecycle logs, off the loop
+
+    with aivitals.inference(model="m", version="v3.2.1", input_ids=ids) as call:
+        out = model(ids)
+        call.output_ids(out)
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from ._abort import InferenceAborted, abort_request, active_requests
+from ._config import InstrumentConfig
+from ._context import REQUEST_ID, REQUEST_STATE, ROUTE, RequestState, current_request_id
+from ._exposition import WorkerProcessCollector, mark_worker_dead, metrics_app
+from ._inference import (
+    InferenceCall,
+    ModelLoad,
+    inference,
+    model_load,
+    record_kv_cache,
+    timed_inference,
+)
+from ._labels import OTHER, CardinalityGuard, normalize_version
+from ._logging import CONTEXT_FIELDS, JsonFormatter, LogWriter, configure_logging, log_event
+from ._middleware import AivitalsMiddleware, instrument
+from ._routes import UNMATCHED
+from ._tokens import count_tokens
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "OTHER",
+    "REQUEST_ID",
+    "REQUEST_STATE",
+    "ROUTE",
+    "UNMATCHED",
+    "AivitalsMiddleware",
+    "CardinalityGuard",
+    "InferenceAborted",
+    "InferenceCall",
+    "InstrumentConfig",
+    "JsonFormatter",
+    "LogWriter",
+    "ModelLoad",
+    "RequestState",
+    "WorkerProcessCollector",
+    "abort_request",
+    "active_requests",
+    "configure_logging",
+    "count_tokens",
+    "current_request_id",
+    "inference",
+    "instrument",
+    "log_event",
+    "mark_worker_dead",
+    "metrics_app",
+    "model_load",
+    "normalize_version",
+    "record_kv_cache",
+    "timed_inference",
+]
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``aivitals.instrument(app)`` work while the package keeps its other names."""
+
+    def __call__(self, app: Any, **settings: Any) -> Any:
+        return instrument(app, **settings)
+
+
+sys.modules[__name__].__class__ = _CallableModule

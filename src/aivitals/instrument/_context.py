@@ -8,10 +8,45 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+__all__ = ["REQUEST_ID", "REQUEST_STATE", "ROUTE", "RequestState", "current_request_id"]
+
 #: The current request's id (honoured from ``X-Request-ID`` or generated).
 REQUEST_ID: ContextVar[str | None] = ContextVar("aivitals_request_id", default=None)
 #: The route template of the current request (``/v1/items/{id}``), once matched.
 ROUTE: ContextVar[str | None] = ContextVar("aivitals_route", default=None)
+
+
+class RequestState:
+    """What the model call learns about the request, for the request's log lines.
+
+    One mutable object per request, bound in ``REQUEST_STATE`` by the
+    middleware: the inference context fills it in (a thread-pool endpoint sees
+    the same object, since the context is copied, not the object), and the
+    ``responded`` line and the JSON formatter read it.
+    """
+
+    __slots__ = (
+        "error_code",
+        "gpu_device_id",
+        "gpu_time",
+        "input_token_count",
+        "max_new_tokens",
+        "model_version",
+        "request_id",
+    )
+
+    def __init__(self, request_id: str | None = None) -> None:
+        self.request_id = request_id
+        self.model_version: str | None = None
+        self.input_token_count: int | None = None
+        self.max_new_tokens: int | None = None
+        self.gpu_device_id: str | None = None
+        self.error_code: str | None = None
+        self.gpu_time: float = 0.0
+
+
+#: The current request's ``RequestState`` (None outside a request).
+REQUEST_STATE: ContextVar[RequestState | None] = ContextVar("aivitals_request_state", default=None)
 
 
 def current_request_id() -> str | None:

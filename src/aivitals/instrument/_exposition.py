@@ -1,0 +1,179 @@
+"""``/metrics`` as a tiny ASGI app, single-process or multiprocess.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set (``uvicorn --workers N``, gunicorn),
+every worker writes its values to files there and any worker answers a scrape
+with the sum over all of them; per-worker process metrics (RSS, CPU, fds,
+threads) are read from ``/proc`` for each live worker and keep a ``pid``
+label, since summing two workers' RSS hides which one leaks.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+import psutil
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from .. import signals
+from ._metrics import multiprocess_dir
+
+__all__ = ["WorkerProcessCollector", "mark_worker_dead", "metrics_app"]
+
+Scope = MutableMapping[str, Any]
+ASGI = Callable[[Scope, Any, Any], Awaitable[None]]
+
+_PID_IN_NAME = re.compile(r"_(\d+)\.db$")
+
+
+def metrics_app(*, registry: CollectorRegistry | None = REGISTRY) -> ASGI:
+    """An ASGI app that answers every GET with the Prometheus exposition.
+
+    In multiprocess mode it aggregates all workers' files (``registry`` is then
+    only used for metrics no worker file holds). OpenMetrics is served when
+    the scraper asks for it in ``Accept``.
+
+    **Usage**::
+
+        app.mount("/metrics", aivitals.instrument.metrics_app())
+    """
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope.get("method") not in ("GET", "HEAD"):
+            await _respond(send, 405, b"method not allowed\n", b"text/plain; charset=utf-8")
+            return
+        accept = ""
+        for name, value in scope.get("headers", ()):
+            if name == b"accept":
+                accept = value.decode("latin-1")
+        target = _scrape_registry(registry)
+        encoder, content_type = choose_encoder(accept)
+        body = encoder(target)
+        await _respond(send, 200, body if scope["method"] == "GET" else b"", content_type.encode())
+
+    return app
+
+
+async def _respond(send: Any, status: int, body: bytes, content_type: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _scrape_registry(registry: CollectorRegistry | None) -> CollectorRegistry:
+    path = multiprocess_dir()
+    if not path:
+        return registry if registry is not None else REGISTRY
+    _reap_dead_workers(path)
+    merged = CollectorRegistry()
+    MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
+    merged.register(WorkerProcessCollector(path))
+    return merged
+
+
+class WorkerProcessCollector:
+    """``service_process_*{pid, process="worker"}`` for every live worker of the multiprocess dir.
+
+    A worker is known by the pid in its value files' names; a pid that no
+    longer runs yields nothing (its files are for ``mark_worker_dead``).
+    """
+
+    def __init__(self, path: str, *, process: str = "worker") -> None:
+        self.path = path
+        self.process = process
+
+    def collect(self) -> Iterable[Metric]:
+        families = _process_families()
+        for pid in sorted(self._pids()):
+            try:
+                proc = psutil.Process(pid)
+                with proc.oneshot():
+                    values = _process_values(proc)
+            except (psutil.Error, OSError):
+                continue  # gone between listing and reading: nothing, never a fake 0
+            for name, value in values.items():
+                if value is not None:
+                    families[name].add_metric([str(pid), self.process], value)
+        yield from families.values()
+
+    def _pids(self) -> set[int]:
+        pids = set()
+        for name in glob.glob(os.path.join(self.path, "*.db")):
+            match = _PID_IN_NAME.search(name)
+            if match:
+                pids.add(int(match.group(1)))
+        return pids
+
+
+def _process_families() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in (
+        "service_process_resident_memory_bytes",
+        "service_process_open_fds",
+        "service_process_max_fds",
+        "service_process_threads",
+        "service_process_cpu_seconds_total",
+    ):
+        spec = signals.get(name)
+        if spec.type is signals.MetricType.COUNTER:
+            out[name] = CounterMetricFamily(
+                name[: -len("_total")], spec.help, labels=("pid", "process")
+            )
+        else:
+            out[name] = GaugeMetricFamily(name, spec.help, labels=("pid", "process"))
+    return out
+
+
+def _process_values(proc: psutil.Process) -> dict[str, float | None]:
+    cpu = proc.cpu_times()
+    try:
+        fds: float | None = float(proc.num_fds())
+    except (psutil.Error, AttributeError):
+        fds = None
+    try:
+        limit = float(proc.rlimit(psutil.RLIMIT_NOFILE)[0])
+    except (psutil.Error, AttributeError, OSError):
+        limit = None
+    return {
+        "service_process_resident_memory_bytes": float(proc.memory_info().rss),
+        "service_process_open_fds": fds,
+        "service_process_max_fds": limit,
+        "service_process_threads": float(proc.num_threads()),
+        "service_process_cpu_seconds_total": float(cpu.user + cpu.system),
+    }
+
+
+def _reap_dead_workers(path: str) -> None:
+    """Drop live-mode gauge files of workers that exited (uvicorn has no exit hook)."""
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in glob.glob(os.path.join(path, "gauge_live*.db")):
+        match = _PID_IN_NAME.search(name)
+        if match and not psutil.pid_exists(int(match.group(1))):
+            dead.add(int(match.group(1)))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+
+
+def mark_worker_dead(pid: int, path: str | None = None) -> None:
+    """Drop a dead worker's live gauges; call it from gunicorn's ``child_exit`` hook.
+
+    **Usage** (gunicorn.conf.py)::
+
+        def child_exit(server, worker):
+            aivitals.instrument.mark_worker_dead(worker.pid)
+    """
+    from prometheus_client import multiprocess
+
+    directory = path or multiprocess_dir()
+    if directory:
+        multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]

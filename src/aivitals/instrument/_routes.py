@@ -1,0 +1,115 @@
+"""Route templates for the ``route`` label: ``/v1/items/{id}``, never ``/v1/items/42``.
+
+Starlette and FastAPI apps are matched against their own routes (mounts
+included, so the template is the full path), once per distinct path: results
+for matched paths are cached, so the hot path is one dict lookup. Raw ASGI
+apps name their templates in ``InstrumentConfig.routes``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["UNMATCHED", "RouteResolver", "compile_template"]
+
+#: The one label value every path no route matched is folded into.
+UNMATCHED = "<unmatched>"
+
+_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::([a-zA-Z_]+))?}")
+_CONVERTERS = {"str": "[^/]+", "path": ".*", "int": "[0-9]+", "float": r"[0-9]+(?:\.[0-9]+)?"}
+_CONVERTERS["uuid"] = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_MAX_CACHE = 4096
+_MAX_DEPTH = 16
+
+
+def compile_template(template: str) -> re.Pattern[str]:
+    """A regex matching the paths of a Starlette-style template (``{id}``, ``{p:path}``)."""
+    out, last = ["^"], 0
+    for match in _PARAM.finditer(template):
+        out.append(re.escape(template[last : match.start()]))
+        out.append(f"(?:{_CONVERTERS.get(match.group(2) or 'str', '[^/]+')})")
+        last = match.end()
+    out.append(re.escape(template[last:]) + "$")
+    return re.compile("".join(out))
+
+
+class RouteResolver:
+    """Maps a request scope onto its route template, or ``UNMATCHED``."""
+
+    def __init__(self, app: Any, *, templates: Sequence[str] = ()) -> None:
+        self._templates = [(t, compile_template(t)) for t in templates]
+        self._routes: list[Any] | None = None if templates else _find_routes(app)
+        self._cache: dict[str, str] = {}
+
+    def resolve(self, scope: Mapping[str, Any]) -> str:
+        path: str = scope["path"]
+        hit = self._cache.get(path)
+        if hit is not None:
+            return hit
+        template = self._match(scope)
+        if template is None:
+            return UNMATCHED  # never cached: a scan of random paths must not fill memory
+        if len(self._cache) >= _MAX_CACHE:
+            self._cache.clear()
+        self._cache[path] = template
+        return template
+
+    def _match(self, scope: Mapping[str, Any]) -> str | None:
+        if self._routes is not None:
+            return _match_starlette(self._routes, dict(scope), "", 0)
+        path = scope["path"]
+        for template, pattern in self._templates:
+            if pattern.match(path):
+                return template
+        return None
+
+
+def _find_routes(app: Any) -> list[Any] | None:
+    """The route list of the Starlette router under ``app``, through middleware."""
+    for _ in range(_MAX_DEPTH):
+        router = getattr(app, "router", None)
+        routes = getattr(router, "routes", None)
+        if routes is None:
+            routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            return routes
+        inner = getattr(app, "app", None)
+        if inner is None or inner is app:
+            return None
+        app = inner
+    return None
+
+
+def _match_starlette(
+    routes: list[Any], scope: dict[str, Any], prefix: str, depth: int
+) -> str | None:
+    partial: str | None = None
+    for route in list(routes):
+        try:
+            match, child = route.matches(scope)
+        except Exception:  # a route class we do not understand must not fail the request
+            continue
+        name = getattr(match, "name", "NONE")
+        if name == "NONE":
+            continue
+        template = _template_of(route, {**scope, **child}, prefix, depth)
+        if name == "FULL":
+            return template
+        if partial is None:
+            partial = template
+    return partial
+
+
+def _template_of(route: Any, scope: dict[str, Any], prefix: str, depth: int) -> str | None:
+    path = getattr(route, "path", None)
+    inner = getattr(route, "routes", None)
+    if isinstance(inner, list) and inner and depth < _MAX_DEPTH:
+        # a Mount: the template continues inside it
+        found = _match_starlette(inner, scope, prefix + (path or ""), depth + 1)
+        if found is not None:
+            return found
+    if isinstance(path, str):
+        return prefix + path if path else prefix or "/"
+    return None
