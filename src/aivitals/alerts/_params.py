@@ -1,0 +1,201 @@
+"""Thresholds and windows of the shipped rule pack, and its rendering.
+
+The pack (``rules/aivitals-rules.yml``) holds ``[[ name ]]`` placeholders; they
+are filled here from a validated :class:`PackParams`, so a threshold is never a
+constant buried in an expression and a typo in a parameter name is an error,
+not a silently unrendered rule.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, fields
+from importlib import resources
+from typing import Any
+
+import promql_parser
+
+from ..errors import ConfigError
+from ..signals import LATENCY_BUCKETS
+
+__all__ = ["PackParams", "parse_duration", "render_pack_text"]
+
+_PLACEHOLDER = re.compile(r"\[\[\s*([a-z0-9_]+)\s*\]\]")
+_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
+# Every rate()/increase() window must span at least this many scrapes (DOMAIN section 5).
+_MIN_SCRAPES_PER_WINDOW = 4
+
+
+def parse_duration(text: str, *, key: str = "duration") -> float:
+    """Seconds in a Prometheus duration (``90s``, ``1h30m``); ``ConfigError`` names ``key``."""
+    if not isinstance(text, str) or not _DURATION.match(text):
+        raise ConfigError(f"{key}={text!r} is not a Prometheus duration such as 30s, 5m or 1h")
+    if not any(c in "123456789" for c in text):
+        return 0.0  # "0s": valid in a rule file, refused by the parser's duration helper
+    return float(promql_parser.parse_duration(text).total_seconds())
+
+
+def _number(value: float) -> str:
+    """A number as PromQL text: integers without a point, others in shortest form."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:g}%"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackParams:
+    """Thresholds and windows of the rule pack; defaults follow DOMAIN sections 4-5.
+
+    **Usage**::
+
+        params = PackParams(sla_seconds=0.5, queue_limit=50)
+        text = render_pack_text(params)
+    """
+
+    #: Model SLA for the pure inference P99; the alert fires at twice it.
+    sla_seconds: float = 1.0
+    #: queue_length above this for 1m is P0.
+    queue_limit: float = 20
+    #: P99 queue wait above this (seconds) is P0.
+    queue_wait_p99_seconds: float = 1.0
+    #: Share of 504s over the short window above this is P0.
+    http_504_ratio: float = 0.01
+    #: Share of 429s over the short window above this for 5m is P1.
+    http_429_ratio: float = 0.05
+    #: Busy share of a worker pool above this for 30s is P0.
+    worker_saturation_ratio: float = 0.95
+    #: GPU memory used / total above this is an alert (and part of the composite rule).
+    gpu_memory_ratio: float = 0.9
+    #: GPU utilization P95 below this while serving, or above gpu_util_high, for 5m is P1.
+    gpu_util_low: float = 0.30
+    gpu_util_high: float = 0.95
+    #: Utilization that never drops below this for a rate window plus 5m: SM stuck.
+    gpu_util_stuck: float = 0.99
+    #: Composite rule: the good-latency bound (a bucket of http_request_duration_seconds).
+    latency_good_seconds: float = 1.5
+    #: Composite rule: alert when the share of requests within latency_good_seconds is below.
+    fast_share_min: float = 0.85
+    #: Composite rule: the 5xx ratio grew by more than this (2.0 = +200%) over its baseline.
+    error_growth: float = 2.0
+    #: Composite rule: the window of the three conditions, and the baseline window before it.
+    composite_window: str = "3m"
+    baseline_window: str = "15m"
+    #: Open fds / fd limit above this for 5m is P1.
+    fd_ratio: float = 0.8
+    #: RSS predicted (predict_linear over rss_window) to pass this share of host memory
+    #: within rss_horizon.
+    rss_limit_ratio: float = 0.9
+    rss_window: str = "30m"
+    rss_horizon: str = "4h"
+    #: A process's GPU memory grew more than this over leak_window and still grows.
+    gpu_process_growth_bytes: float = 2**30
+    leak_window: str = "30m"
+    #: KV-cache usage above this for 5m is P2.
+    kv_cache_ratio: float = 0.95
+    #: Disk busy share (io_time rate) above this for 2m is P1.
+    disk_util_ratio: float = 0.95
+    #: Retransmitted / sent TCP segments above this for 5m is P1.
+    tcp_retransmit_ratio: float = 0.05
+    #: Interface errors per second above this for 5m is P2.
+    network_errors_per_second: float = 0.0
+    #: Window of rate(), increase() and quantiles over time.
+    rate_window: str = "5m"
+    #: Window of the fast ratios (504, 429, queue wait P99).
+    short_window: str = "1m"
+    #: How often rules are evaluated and targets scraped (written into the exported configs).
+    evaluation_interval: str = "15s"
+    scrape_interval: str = "15s"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "str":
+                parse_duration(value, key=f.name)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{f.name}={value!r} must be a number")
+            elif not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{f.name}={value!r} must be a finite number >= 0")
+        self._check_ratios()
+        self._check_windows()
+        if self.latency_good_seconds not in LATENCY_BUCKETS:
+            raise ConfigError(
+                f"latency_good_seconds={self.latency_good_seconds!r} must be a bucket bound of "
+                f"http_request_duration_seconds: {', '.join(map(_number, LATENCY_BUCKETS))}"
+            )
+
+    def _check_ratios(self) -> None:
+        for name in (
+            "http_504_ratio",
+            "http_429_ratio",
+            "worker_saturation_ratio",
+            "gpu_memory_ratio",
+            "gpu_util_low",
+            "gpu_util_high",
+            "gpu_util_stuck",
+            "fast_share_min",
+            "fd_ratio",
+            "kv_cache_ratio",
+            "disk_util_ratio",
+            "tcp_retransmit_ratio",
+        ):
+            value = getattr(self, name)
+            if value > 1:
+                raise ConfigError(f"{name}={value!r} is a ratio and must be within 0..1")
+
+    def _check_windows(self) -> None:
+        scrape = parse_duration(self.scrape_interval, key="scrape_interval")
+        for name in ("rate_window", "short_window", "composite_window", "baseline_window"):
+            window = parse_duration(getattr(self, name), key=name)
+            if window < _MIN_SCRAPES_PER_WINDOW * scrape:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)!r} spans fewer than {_MIN_SCRAPES_PER_WINDOW} "
+                    f"scrapes of scrape_interval={self.scrape_interval!r}; rate() needs at least 4"
+                )
+
+    @classmethod
+    def from_mapping(cls, params: dict[str, Any]) -> PackParams:
+        """Build from keyword parameters; an unknown name is a ``ConfigError`` naming it."""
+        known = {f.name for f in fields(cls)}
+        for key in params:
+            if key not in known:
+                raise ConfigError(f"unknown rule pack parameter {key!r}; known: {sorted(known)}")
+        return cls(**params)
+
+    def placeholders(self) -> dict[str, str]:
+        """The text each ``[[ name ]]`` of the pack becomes, derived values included."""
+        out: dict[str, str] = {}
+        for key, value in asdict(self).items():
+            out[key] = value if isinstance(value, str) else _number(value)
+            if not isinstance(value, str) and key.endswith("_ratio"):
+                out[f"{key}_pct"] = _pct(value)
+        out["gpu_util_high_pct"] = _pct(self.gpu_util_high)
+        out["gpu_util_low_pct"] = _pct(self.gpu_util_low)
+        out["gpu_util_stuck_pct"] = _pct(self.gpu_util_stuck)
+        out["fast_share_min_pct"] = _pct(self.fast_share_min)
+        out["error_growth_factor"] = _number(1.0 + self.error_growth)
+        # prometheus_client writes bucket bounds as Python's repr: 1.5 -> "1.5", 2 -> "2.0".
+        out["latency_good_le"] = repr(float(self.latency_good_seconds))
+        out["rss_horizon_seconds"] = _number(parse_duration(self.rss_horizon))
+        return out
+
+
+def _template_text() -> str:
+    return (resources.files("aivitals.alerts") / "rules" / "aivitals-rules.yml").read_text("utf-8")
+
+
+def render_pack_text(params: PackParams | None = None) -> str:
+    """The shipped pack as Prometheus rule YAML with every placeholder filled."""
+    values = (params or PackParams()).placeholders()
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ConfigError(f"rule pack placeholder [[ {name} ]] has no parameter")
+        return values[name]
+
+    return _PLACEHOLDER.sub(fill, _template_text())
