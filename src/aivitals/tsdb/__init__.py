@@ -1,7 +1,26 @@
-"""The embedded time-series store, PromQL evaluation and the ``Backend`` protocol."""
+"""The embedded time-series store, PromQL evaluation and the ``Backend`` protocol.
+
+::
+
+    from aivitals.tsdb import Store
+    store = Store(retention=3600)
+    store.ingest_exposition(text, timestamp=time.time(), target="api:8000")
+    store.query('sum by (le) (rate(http_request_duration_seconds_bucket[5m]))')
+"""
 
 from __future__ import annotations
 
+from ._prometheus import PrometheusBackend
+from ._store import AppendStats, Store
 from ._types import Backend, InstantSample, QueryResult, RangeSeries, ResultType
 
-__all__ = ["Backend", "InstantSample", "QueryResult", "RangeSeries", "ResultType"]
+__all__ = [
+    "AppendStats",
+    "Backend",
+    "InstantSample",
+    "PrometheusBackend",
+    "QueryResult",
+    "RangeSeries",
+    "ResultType",
+    "Store",
+]

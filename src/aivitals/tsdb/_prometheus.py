@@ -1,0 +1,115 @@
+"""``PrometheusBackend``: the ``Backend`` protocol over the Prometheus HTTP API.
+
+Works with Prometheus and anything that speaks its query API (VictoriaMetrics,
+Thanos, Mimir). httpx errors are mapped here, at the boundary: a timeout is
+``BackendTimeout``, a 400/422 ``bad_data``/``execution`` answer is
+``QueryError``, anything else ``BackendError``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import httpx
+
+from ..errors import BackendError, BackendTimeout, ConfigError, QueryError
+from ._types import InstantSample, QueryResult, RangeSeries
+
+__all__ = ["PrometheusBackend"]
+
+
+class PrometheusBackend:
+    """Query a Prometheus-compatible server.
+
+    ::
+
+        prom = PrometheusBackend("http://127.0.0.1:9090")
+        prom.query("up").values()
+    """
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"url must start with http:// or https://, got {url!r}")
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._client = httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> PrometheusBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query(self, expr: str, at: float | None = None) -> QueryResult:
+        t = time.time() if at is None else at
+        data = self._get("/api/v1/query", {"query": expr, "time": _fmt(t)}, expr)
+        return _result(data)
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult:
+        params = {"query": expr, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)}
+        return _result(self._get("/api/v1/query_range", params, expr))
+
+    def _get(self, path: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+        try:
+            resp = self._client.get(self.url + path, params=params)
+        except httpx.TimeoutException as exc:
+            raise BackendTimeout(f"{self.url}: no answer within {self.timeout}s") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise BackendError(f"{self.url}: HTTP {resp.status_code}, not a Prometheus answer")
+        if body.get("status") != "success":
+            kind, msg = body.get("errorType", "?"), body.get("error", "")
+            if resp.status_code in (400, 422) and kind in ("bad_data", "execution"):
+                raise QueryError(str(msg), expr=expr)
+            if kind == "timeout" or (resp.status_code == 503 and "timeout" in str(msg)):
+                raise BackendTimeout(f"{self.url}: {msg}")
+            raise BackendError(f"{self.url}: HTTP {resp.status_code} {kind}: {msg}")
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise BackendError(f"{self.url}: answer without data")
+        return data
+
+
+def _fmt(t: float) -> str:
+    return f"{t:.3f}"
+
+
+def _result(data: dict[str, Any]) -> QueryResult:
+    kind = data.get("resultType")
+    res: Any = data.get("result")
+    try:
+        if kind == "vector":
+            return QueryResult(
+                "vector",
+                vector=[
+                    InstantSample(dict(r["metric"]), float(r["value"][1]), float(r["value"][0]))
+                    for r in res
+                ],
+            )
+        if kind == "matrix":
+            return QueryResult(
+                "matrix",
+                matrix=[
+                    RangeSeries(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]])
+                    for r in res
+                ],
+            )
+        if kind == "scalar":
+            return QueryResult("scalar", scalar=(float(res[0]), float(res[1])))
+        if kind == "string":
+            return QueryResult("string", string=(float(res[0]), str(res[1])))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise BackendError(f"malformed {kind} result: {exc}") from exc
+    raise BackendError(f"unknown result type {kind!r}")
