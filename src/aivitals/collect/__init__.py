@@ -1,7 +1,44 @@
-"""Collectors: GPU, host, process, kernel log and scrapes of other /metrics."""
+"""Collectors: GPU, host, process, kernel log and scrapes of other /metrics.
+
+Every collector implements ``Collector`` (``collect()`` never raises) and
+reports ``aivitals_collector_up``, ``_duration_seconds`` and ``_errors_total``.
+
+**Usage**::
+
+    from aivitals.collect import HostCollector
+    for sample in HostCollector(ports=[8000]).collect():
+        print(sample.name, sample.labels, sample.value)
+"""
 
 from __future__ import annotations
 
 from ._base import Collector
+from ._event import Event
+from ._health import BaseCollector, RunResult, health_samples, reason_of
+from ._host import HostCollector
+from ._kernel import DmesgSource, KernelLogCollector, KernelRecord, KmsgSource, classify_line
+from ._process import ProcessCollector, find_listener
+from ._scrape import Scraper, ScrapeResult, translate_exposition
+from ._xid import XID_MEANINGS, xid_meaning
 
-__all__ = ["Collector"]
+__all__ = [
+    "XID_MEANINGS",
+    "BaseCollector",
+    "Collector",
+    "DmesgSource",
+    "Event",
+    "HostCollector",
+    "KernelLogCollector",
+    "KernelRecord",
+    "KmsgSource",
+    "ProcessCollector",
+    "RunResult",
+    "ScrapeResult",
+    "Scraper",
+    "classify_line",
+    "find_listener",
+    "health_samples",
+    "reason_of",
+    "translate_exposition",
+    "xid_meaning",
+]

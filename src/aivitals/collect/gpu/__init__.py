@@ -10,14 +10,24 @@
 from __future__ import annotations
 
 from ._common import GpuBackend, GpuCollector
-from ._sim import SimDevice, SimGPU, SimOutOfMemoryError
+from ._nvml import CLOCK_EVENT_REASONS, NvmlBackend
+from ._select import gpu_collector
+from ._sim import SimDevice, SimGPU, SimOutOfMemoryError, default_sim_dir
 from ._simbackend import SimBackend
+from ._smi import SmiBackend, parse_compute_apps, parse_query_gpu
 
 __all__ = [
+    "CLOCK_EVENT_REASONS",
     "GpuBackend",
     "GpuCollector",
+    "NvmlBackend",
     "SimBackend",
     "SimDevice",
     "SimGPU",
     "SimOutOfMemoryError",
+    "SmiBackend",
+    "default_sim_dir",
+    "gpu_collector",
+    "parse_compute_apps",
+    "parse_query_gpu",
 ]

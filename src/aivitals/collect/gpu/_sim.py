@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from typing import Any
 from ...errors import ConfigError
 from .._xid import xid_meaning
 
-__all__ = ["SimDevice", "SimGPU", "SimOutOfMemoryError"]
+__all__ = ["SimDevice", "SimGPU", "SimOutOfMemoryError", "default_sim_dir"]
 
 _VERSION = 1
 _BUCKET = 0.1  # seconds of busy-time resolution
@@ -62,6 +63,14 @@ class SimDevice:
     @property
     def memory_free(self) -> int:
         return max(0, self.memory_total - self.memory_used)
+
+
+def default_sim_dir() -> str:
+    """Where the simulated GPU's state lives unless told: ``$AIVITALS_SIM_GPU_DIR``,
+    else ``<tmp>/aivitals-sim-gpu`` (the demo, the chaos runner and the agent agree)."""
+    return os.environ.get("AIVITALS_SIM_GPU_DIR") or os.path.join(
+        tempfile.gettempdir(), "aivitals-sim-gpu"
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,27 @@
+"""The collectors an ``AgentConfig`` asks for."""
+
+from __future__ import annotations
+
+from ..collect import Collector, HostCollector, KernelLogCollector, ProcessCollector
+from ..collect.gpu import NvmlBackend, gpu_collector
+from ._config import AgentConfig
+
+__all__ = ["build_collectors"]
+
+
+def build_collectors(config: AgentConfig) -> list[Collector]:
+    """host, process (with pid or port), gpu (unless none is found), kernel log, extras."""
+    ports = [*config.tcp_ports, *([config.port] if config.port else [])]
+    out: list[Collector] = [HostCollector(proc=config.proc, sys=config.sys, ports=ports)]
+    if config.pid is not None or config.port is not None:
+        out.append(ProcessCollector(pid=config.pid, port=config.port, proc=config.proc))
+    gpu = gpu_collector(config.gpu, sim_dir=config.sim_dir)
+    if gpu is not None:
+        out.append(gpu)
+    if config.kernel_log:
+        pci: dict[str, str] = {}
+        if gpu is not None and isinstance(gpu.backend, NvmlBackend):
+            pci = gpu.backend.pci_bus_ids  # so kernel Xids carry the same gpu index
+        out.append(KernelLogCollector(pci_to_gpu=pci))
+    out += config.extra_collectors
+    return out

@@ -1,0 +1,152 @@
+"""The agent's configuration: one frozen object, validated on creation."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ..collect import Collector
+from ..collect.gpu import default_sim_dir
+from ..errors import ConfigError
+
+__all__ = ["GPU_CHOICES", "AgentConfig", "ScrapeTarget", "parse_duration", "parse_listen"]
+
+GPU_CHOICES = ("auto", "nvml", "smi", "sim", "none")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(key: str, text: str | float) -> float:
+    """Seconds from ``1.5``, ``500ms``, ``15s``, ``5m``, ``1h``; ConfigError names ``key``."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        m = _DURATION.match(text.strip())
+        if m is None:
+            raise ConfigError(f"{key}: {text!r} is not a duration (like 1s, 500ms, 5m, 1h)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not seconds > 0:
+        raise ConfigError(f"{key}: must be > 0, got {text!r}")
+    return seconds
+
+
+def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int]:
+    """``host:port`` checked against the loopback-only default."""
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"listen: {text!r} is not host:port (like 127.0.0.1:9464)")
+    if not allow_remote and not _is_loopback(host):
+        raise ConfigError(
+            f"listen: {text!r} is not a loopback address; pass --allow-remote to listen there"
+        )
+    return host, int(port_text)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeTarget:
+    """One /metrics URL to scrape, with the ``job`` label its series get."""
+
+    url: str
+    job: str = "scrape"
+
+    @classmethod
+    def parse(cls, text: str) -> ScrapeTarget:
+        """``http://host:port/metrics`` or ``job=http://host:port/metrics``."""
+        job, sep, url = text.partition("=")
+        if not sep or "://" in job:
+            job, url = "scrape", text
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"scrape: {text!r} is not an http(s) URL")
+        return cls(url=url, job=job)
+
+    @property
+    def instance(self) -> str:
+        return urlsplit(self.url).netloc
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """What the agent collects, how often, and where it listens.
+
+    **Usage**::
+
+        AgentConfig(listen="127.0.0.1:0", gpu="sim", sim_gpu_dir="/tmp/sim", interval=1.0)
+
+    ``interval`` is the collectors' period; ``scrape_interval`` the scrape
+    targets' (15 s, Prometheus's default). ``collector_timeout`` marks a run
+    that has not returned by then as failed (``reason="timeout"``).
+    ``exporter`` only collects and serves ``/metrics``: no store, no query API.
+    """
+
+    listen: str = "127.0.0.1:9464"
+    allow_remote: bool = False
+    exporter: bool = False
+    interval: float = 1.0
+    scrape: Sequence[ScrapeTarget] = ()
+    scrape_interval: float = 15.0
+    scrape_timeout: float = 10.0
+    scrape_max_bytes: int = 64 * 2**20
+    gpu: str = "auto"
+    sim_gpu_dir: str | None = None
+    pid: int | None = None
+    port: int | None = None
+    tcp_ports: Sequence[int] = ()
+    kernel_log: bool = True
+    retention: float = 3600.0
+    max_series: int = 1_000_000
+    collector_timeout: float | None = None
+    proc: str = "/proc"
+    sys: str = "/sys"
+    extra_collectors: Sequence[Collector] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen, allow_remote=self.allow_remote)
+        for key in ("interval", "scrape_interval", "scrape_timeout", "retention"):
+            value = getattr(self, key)
+            if not (isinstance(value, int | float) and value > 0):
+                raise ConfigError(f"{key}: must be a number of seconds > 0, got {value!r}")
+        if self.collector_timeout is not None and not self.collector_timeout > 0:
+            raise ConfigError(f"collector_timeout: must be > 0, got {self.collector_timeout!r}")
+        if self.gpu not in GPU_CHOICES:
+            raise ConfigError(f"gpu: {self.gpu!r} is not one of {', '.join(GPU_CHOICES)}")
+        if self.pid is not None and self.port is not None:
+            raise ConfigError("pid and port: give one way to find the served process, not both")
+        if self.pid is not None and self.pid <= 0:
+            raise ConfigError(f"pid: must be > 0, got {self.pid!r}")
+        for key in ("port", "tcp_ports"):
+            value = getattr(self, key)
+            for p in value if isinstance(value, Sequence) else ([] if value is None else [value]):
+                if not (isinstance(p, int) and 0 < p < 65536):
+                    raise ConfigError(f"{key}: {p!r} is not a TCP port")
+        if self.scrape_max_bytes < 1024:
+            raise ConfigError(f"scrape_max_bytes: must be >= 1024, got {self.scrape_max_bytes!r}")
+        if self.max_series < 1:
+            raise ConfigError(f"max_series: must be >= 1, got {self.max_series!r}")
+        if self.exporter and self.scrape:
+            raise ConfigError(
+                "scrape: --exporter mode only serves the agent's own collectors; "
+                "let Prometheus scrape the other targets"
+            )
+
+    @property
+    def timeout(self) -> float:
+        """The per-run collector timeout (default: the interval, at least 2 s)."""
+        return self.collector_timeout or max(2.0, self.interval)
+
+    @property
+    def sim_dir(self) -> str:
+        return self.sim_gpu_dir or default_sim_dir()

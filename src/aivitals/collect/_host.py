@@ -1,0 +1,216 @@
+"""Host signals from /proc and /sys: CPU, load, PSI, memory, disks, network, TCP, cgroup.
+
+Read straight from the kernel's files (no psutil on this path): every source is
+injectable (``proc=``, ``sys=``) so tests run on fake trees, and one
+unreadable or odd file costs only its own series plus an error count.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..errors import CollectorError, ConfigError
+from ..signals import Sample
+from . import _procfs as pf
+from ._health import BaseCollector, reason_of
+
+__all__ = ["HostCollector"]
+
+_UNLIMITED = 2**62  # cgroup v1 reports "no limit" as a huge page-aligned number
+
+
+class HostCollector(BaseCollector):
+    """The ``host`` collector.
+
+    ``ports`` are the local TCP ports whose connections are counted by state
+    (the served port, Redis...). ``cgroup_pid`` chooses whose cgroup is read.
+
+    **Usage**::
+
+        host = HostCollector(ports=[8000])
+        for sample in host.collect():
+            print(sample.name, sample.labels, sample.value)
+    """
+
+    name = "host"
+
+    def __init__(
+        self,
+        *,
+        proc: str = "/proc",
+        sys: str = "/sys",
+        ports: Iterable[int] = (),
+        cgroup_pid: int | str = "self",
+    ) -> None:
+        super().__init__()
+        self.proc = Path(proc)
+        self.sys = Path(sys)
+        self.ports = frozenset(int(p) for p in ports)
+        for p in self.ports:
+            if not 0 < p < 65536:
+                raise ConfigError(f"ports: {p!r} is not a TCP port")
+        self.cgroup_pid = str(cgroup_pid)
+        self._clk_tck = float(os.sysconf("SC_CLK_TCK"))
+        self._sections: tuple[tuple[str, Callable[[], list[Sample]]], ...] = (
+            ("stat", self._cpu),
+            ("loadavg", self._load),
+            ("pressure", self._pressure),
+            ("meminfo", self._memory),
+            ("vmstat", self._vmstat),
+            ("diskstats", self._disks),
+            ("net_dev", self._net),
+            ("snmp", self._snmp),
+            ("tcp", self._tcp),
+            ("cgroup", self._cgroup),
+        )
+
+    def _read(self, *parts: str) -> str:
+        return self.proc.joinpath(*parts).read_text()
+
+    def _collect(self) -> Iterable[Sample]:
+        out: list[Sample] = []
+        failed = 0
+        for section, fn in self._sections:
+            try:
+                out += fn()
+            except (OSError, ValueError, IndexError) as exc:
+                failed += 1
+                self.count_error(f"{section}_{reason_of(exc)}")
+        if failed == len(self._sections):
+            raise CollectorError(f"no host source under {self.proc} was readable")
+        return out
+
+    def _cpu(self) -> list[Sample]:
+        modes, cpus = pf.parse_stat_cpu(self._read("stat"), self._clk_tck)
+        out = [Sample("host_cpu_seconds_total", {"mode": m}, v) for m, v in modes.items()]
+        return [*out, Sample("host_cpus", {}, float(cpus))]
+
+    def _load(self) -> list[Sample]:
+        one, five, fifteen = pf.parse_loadavg(self._read("loadavg"))
+        return [
+            Sample("host_load1", {}, one),
+            Sample("host_load5", {}, five),
+            Sample("host_load15", {}, fifteen),
+        ]
+
+    def _pressure(self) -> list[Sample]:
+        out: list[Sample] = []
+        for resource in ("cpu", "memory", "io"):
+            try:
+                text = self._read("pressure", resource)
+            except FileNotFoundError:
+                continue  # a kernel without PSI (or without irq pressure) has no file
+            for kind, seconds in pf.parse_pressure(text).items():
+                labels = {"resource": resource, "kind": kind}
+                out.append(Sample("host_pressure_stalled_seconds_total", labels, seconds))
+        return out
+
+    def _memory(self) -> list[Sample]:
+        m = pf.parse_meminfo(self._read("meminfo"))
+        out = [
+            Sample("host_memory_total_bytes", {}, float(m["MemTotal"])),
+            Sample("host_memory_available_bytes", {}, float(m["MemAvailable"])),
+        ]
+        if "SwapTotal" in m:
+            out.append(Sample("host_swap_total_bytes", {}, float(m["SwapTotal"])))
+            used = m["SwapTotal"] - m.get("SwapFree", m["SwapTotal"])
+            out.append(Sample("host_swap_used_bytes", {}, float(used)))
+        return out
+
+    def _vmstat(self) -> list[Sample]:
+        v = pf.parse_key_values(self._read("vmstat"))
+        names = (
+            ("oom_kill", "host_oom_kills_total"),
+            ("pswpin", "host_swap_in_pages_total"),
+            ("pswpout", "host_swap_out_pages_total"),
+        )
+        return [Sample(ours, {}, float(v[key])) for key, ours in names if key in v]
+
+    def _disks(self) -> list[Sample]:
+        out: list[Sample] = []
+        for dev, (reads, read_ms, writes, write_ms, io_ms) in pf.parse_diskstats(
+            self._read("diskstats")
+        ).items():
+            lab = {"device": dev}
+            out += [
+                Sample("host_disk_reads_completed_total", lab, float(reads)),
+                Sample("host_disk_read_time_seconds_total", lab, read_ms / 1000.0),
+                Sample("host_disk_writes_completed_total", lab, float(writes)),
+                Sample("host_disk_write_time_seconds_total", lab, write_ms / 1000.0),
+                Sample("host_disk_io_time_seconds_total", lab, io_ms / 1000.0),
+            ]
+        return out
+
+    def _net(self) -> list[Sample]:
+        names = (
+            "host_network_receive_bytes_total",
+            "host_network_receive_errors_total",
+            "host_network_receive_drops_total",
+            "host_network_transmit_bytes_total",
+            "host_network_transmit_errors_total",
+            "host_network_transmit_drops_total",
+        )
+        out: list[Sample] = []
+        for iface, values in pf.parse_net_dev(self._read("net", "dev")).items():
+            lab = {"interface": iface}
+            out += [Sample(n, lab, float(v)) for n, v in zip(names, values, strict=True)]
+        return out
+
+    def _snmp(self) -> list[Sample]:
+        tcp = pf.parse_snmp_tcp(self._read("net", "snmp"))
+        return [
+            Sample("host_tcp_out_segments_total", {}, float(tcp["OutSegs"])),
+            Sample("host_tcp_retransmitted_segments_total", {}, float(tcp["RetransSegs"])),
+        ]
+
+    def _tcp(self) -> list[Sample]:
+        if not self.ports:
+            return []
+        counts: dict[tuple[int, str], int] = {}
+        for table in ("tcp", "tcp6"):
+            try:
+                text = self._read("net", table)
+            except FileNotFoundError:
+                continue  # no IPv6
+            for key, n in pf.parse_tcp_table(text, self.ports).items():
+                counts[key] = counts.get(key, 0) + n
+        out: list[Sample] = []
+        for port in sorted(self.ports):
+            # Every state of every port of interest, zeros included, so rate()
+            # and "== 0" rules see a series rather than nothing.
+            for state in pf.TCP_STATES.values():
+                value = float(counts.get((port, state), 0))
+                labels = {"port": str(port), "state": state}
+                out.append(Sample("host_tcp_connections", labels, value))
+        return out
+
+    def _cgroup(self) -> list[Sample]:
+        v1, v2 = pf.parse_cgroup_paths(self._read(self.cgroup_pid, "cgroup"))
+        root = self.sys / "fs" / "cgroup"
+        if v2 is not None and (root / "cgroup.controllers").exists():
+            return _cgroup_files(root, v2, "memory.max", "memory.current")
+        if v1 is not None:
+            return _cgroup_files(
+                root / "memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes"
+            )
+        return []
+
+
+def _cgroup_files(root: Path, path: str, limit_file: str, usage_file: str) -> list[Sample]:
+    # Inside a container the cgroup named in /proc/<pid>/cgroup may be mounted
+    # as the root: walk up until the files exist.
+    rel = Path(path.lstrip("/"))
+    while not (root / rel / usage_file).exists():
+        if rel == Path("."):
+            raise FileNotFoundError(f"no {usage_file} for cgroup {path}")
+        rel = rel.parent
+    lab = {"cgroup": path}
+    out = [
+        Sample("host_cgroup_memory_usage_bytes", lab, float((root / rel / usage_file).read_text()))
+    ]
+    limit = (root / rel / limit_file).read_text().strip()
+    if limit != "max" and int(limit) < _UNLIMITED:
+        out.append(Sample("host_cgroup_memory_limit_bytes", lab, float(limit)))
+    return out
