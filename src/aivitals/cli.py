@@ -35,6 +35,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "capacity",
         "Sweep concurrency and report the knee where P95 jumps.",
     ),
+    "agent": (
+        "aivitals.agent._cli",
+        "agent",
+        "Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.",
+    ),
+    "collectors": (
+        "aivitals.collect._cli",
+        "collectors",
+        "List the collectors and run each once (up, time, samples, errors).",
+    ),
 }
 
 

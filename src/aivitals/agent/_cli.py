@@ -1,0 +1,84 @@
+"""``aivitals agent``: run the collectors, the store and the HTTP API until stopped."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from ._agent import Agent
+from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration
+
+__all__ = ["agent"]
+
+
+@click.command("agent")
+@click.option("--listen", default="127.0.0.1:9464", show_default=True, help="host:port of the API.")
+@click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
+@click.option("--exporter", is_flag=True, help="Only collect and serve /metrics (no store).")
+@click.option(
+    "--scrape", "scrape", multiple=True, metavar="[JOB=]URL", help="A /metrics target (repeat)."
+)
+@click.option("--scrape-interval", default="15s", show_default=True, help="Period of scrapes.")
+@click.option("--gpu", type=click.Choice(GPU_CHOICES), default="auto", show_default=True)
+@click.option("--sim-gpu-dir", type=click.Path(file_okay=False), help="State dir of the sim GPU.")
+@click.option("--pid", type=int, help="The served process, by pid.")
+@click.option("--port", type=int, help="The served process, by the TCP port it listens on.")
+@click.option("--interval", default="1s", show_default=True, help="Period of the collectors.")
+@click.option("--retention", default="1h", show_default=True, help="How long the store keeps.")
+@click.option("--no-kernel-log", is_flag=True, help="Do not read the kernel log.")
+def agent(
+    listen: str,
+    allow_remote: bool,
+    exporter: bool,
+    scrape: tuple[str, ...],
+    scrape_interval: str,
+    gpu: str,
+    sim_gpu_dir: str | None,
+    pid: int | None,
+    port: int | None,
+    interval: str,
+    retention: str,
+    no_kernel_log: bool,
+) -> None:
+    """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.
+
+    Listens on 127.0.0.1 unless --allow-remote; the API is read-only.
+    """
+    config = AgentConfig(
+        listen=listen,
+        allow_remote=allow_remote,
+        exporter=exporter,
+        scrape=tuple(ScrapeTarget.parse(s) for s in scrape),
+        scrape_interval=parse_duration("scrape-interval", scrape_interval),
+        gpu=gpu,
+        sim_gpu_dir=sim_gpu_dir,
+        pid=pid,
+        port=port,
+        interval=parse_duration("interval", interval),
+        retention=parse_duration("retention", retention),
+        kernel_log=not no_kernel_log,
+    )
+    run_until_signal(Agent(config))
+
+
+def run_until_signal(the_agent: Agent) -> None:
+    done = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    the_agent.start()
+    try:
+        names = ", ".join(c.name for c in the_agent.collectors)
+        mode = "exporter" if the_agent.config.exporter else "agent"
+        click.echo(f"aivitals {mode} on {the_agent.url} (collectors: {names})", err=True)
+        while not done.wait(1.0):
+            pass
+    finally:
+        the_agent.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
