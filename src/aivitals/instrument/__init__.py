@@ -32,11 +32,14 @@ from ._inference import (
 from ._labels import OTHER, CardinalityGuard, normalize_version
 from ._logging import CONTEXT_FIELDS, JsonFormatter, LogWriter, configure_logging, log_event
 from ._middleware import AivitalsMiddleware, instrument
+from ._otel import OTEL_NAMES, OTelView, enable_otel
+from ._queue import InstrumentedExecutor, InstrumentedQueue, PoolSaturated
 from ._routes import UNMATCHED
 from ._tokens import count_tokens
 
 __all__ = [
     "CONTEXT_FIELDS",
+    "OTEL_NAMES",
     "OTHER",
     "REQUEST_ID",
     "REQUEST_STATE",
@@ -47,9 +50,13 @@ __all__ = [
     "InferenceAborted",
     "InferenceCall",
     "InstrumentConfig",
+    "InstrumentedExecutor",
+    "InstrumentedQueue",
     "JsonFormatter",
     "LogWriter",
     "ModelLoad",
+    "OTelView",
+    "PoolSaturated",
     "RequestState",
     "WorkerProcessCollector",
     "abort_request",
@@ -57,6 +64,7 @@ __all__ = [
     "configure_logging",
     "count_tokens",
     "current_request_id",
+    "enable_otel",
     "inference",
     "instrument",
     "log_event",

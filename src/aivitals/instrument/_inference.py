@@ -32,6 +32,7 @@ from ._context import REQUEST_ID, REQUEST_STATE
 from ._labels import CardinalityGuard, normalize_version
 from ._logging import log_event
 from ._metrics import family
+from ._sinks import INFERENCE_SINKS, notify
 from ._tokens import count_tokens
 
 __all__ = [
@@ -220,6 +221,7 @@ class InferenceCall:
         self.wall_time: float | None = None
         self.stream_wait_time: float | None = None
         self.ttft: float | None = None
+        self.time_per_output_token: float | None = None
         self.error_code: str | None = None
         self.abort_reason: str | None = None
         self._registry = registry
@@ -359,6 +361,8 @@ class InferenceCall:
             children.in_progress.dec()
             if self.request_id:
                 _abort.unregister(self.request_id, self)
+        if INFERENCE_SINKS:
+            notify(INFERENCE_SINKS, self)
 
     def _record(
         self,
@@ -388,6 +392,7 @@ class InferenceCall:
             children.ttft.observe(self.ttft)
             if self._streamed > self._first_n:
                 gap = (self._last - self._first) / (self._streamed - self._first_n)
+                self.time_per_output_token = gap
                 children.tpot.observe(gap)
         state = REQUEST_STATE.get()
         if state is not None:

@@ -26,6 +26,7 @@ from ._labels import OTHER, CardinalityGuard
 from ._logging import LIFECYCLE, log_event
 from ._metrics import family
 from ._routes import UNMATCHED, RouteResolver
+from ._sinks import REQUEST_SINKS, notify
 
 __all__ = ["AivitalsMiddleware", "instrument"]
 
@@ -213,6 +214,10 @@ class AivitalsMiddleware:
             children.ttfb.observe(ex.first_byte - start)
         if logging_on:
             self._log_responded(scope, children, ex, state, status, end - start)
+        if REQUEST_SINKS:
+            method, route = children.labels
+            info = {"method": method, "route": route, "status": status, "seconds": end - start}
+            notify(REQUEST_SINKS, info)
 
     def _request_id(self, scope: Scope) -> tuple[str, bytes]:
         for name, value in scope["headers"]:

@@ -1,0 +1,218 @@
+"""Queues and worker pools that report their length, wait and saturation.
+
+The queue's wait (enqueue to start of execution) is the most sensitive
+early signal an AI service has: once its P99 passes about a second, 504s
+follow within a minute. These wrappers measure it where it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from ..errors import ConfigError
+from ._logging import log_event
+from ._metrics import family
+
+__all__ = ["InstrumentedExecutor", "InstrumentedQueue", "PoolSaturated"]
+
+T = TypeVar("T")
+
+
+class PoolSaturated(RuntimeError):
+    """The executor already holds ``max_workers + max_queue`` tasks; the task was refused."""
+
+
+class InstrumentedQueue(asyncio.Queue[T]):
+    """A bounded ``asyncio.Queue`` exporting length, capacity, wait and rejections.
+
+    ``put_nowait`` on a full queue raises ``asyncio.QueueFull`` as usual and
+    counts ``queue_rejections_total{reason="full"}``. The wait histogram
+    measures enqueue to ``get``: the moment a worker takes the item.
+
+    **Usage**::
+
+        queue = InstrumentedQueue(maxsize=64, name="generate")
+        queue.put_nowait(job)        # or: await queue.put(job)
+        job = await queue.get()      # observes queue_wait_seconds{queue="generate"}
+    """
+
+    def __init__(
+        self,
+        maxsize: int = 0,
+        *,
+        name: str = "default",
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ConfigError(f"maxsize must be an int >= 0, got {maxsize!r}")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"name must be a non-empty str, got {name!r}")
+        super().__init__(maxsize)
+        self.name = name
+        self._length = family("queue_length", registry).labels(name)
+        self._wait = family("queue_wait_seconds", registry).labels(name)
+        self._rejected = family("queue_rejections_total", registry)
+        if maxsize:
+            family("queue_capacity", registry).labels(name).set(maxsize)
+
+    def put_nowait(self, item: T) -> None:
+        try:
+            super().put_nowait(item)
+        except asyncio.QueueFull:
+            self.reject("full")
+            raise
+        log_event("enqueued", {"queue": self.name, "queue_length": self.qsize()})
+
+    def reject(self, reason: str) -> None:
+        """Count a submission refused for ``reason`` (full, deadline, ...)."""
+        self._rejected.labels(self.name, reason).inc()
+
+    # asyncio.Queue stores through _put/_get; the timestamp rides along with the item
+    def _put(self, item: Any) -> None:
+        super()._put((time.perf_counter(), item))  # type: ignore[arg-type]
+        self._length.set(self.qsize())
+
+    def _get(self) -> Any:
+        entry: tuple[float, Any] = super()._get()  # type: ignore[assignment]
+        enqueued, item = entry
+        self._wait.observe(time.perf_counter() - enqueued)
+        self._length.set(self.qsize())
+        return item
+
+
+class InstrumentedExecutor(concurrent.futures.Executor):
+    """Wraps a ThreadPoolExecutor or ProcessPoolExecutor: active/max workers, wait, rejections.
+
+    ``max_queue`` bounds the tasks waiting for a worker (None: unbounded, as the
+    stdlib); past it ``submit`` raises ``PoolSaturated``. Usable with
+    ``loop.run_in_executor``.
+
+    **Usage**::
+
+        pool = InstrumentedExecutor(ThreadPoolExecutor(8), name="tokenize", max_queue=32)
+        result = await asyncio.get_running_loop().run_in_executor(pool, tokenize, text)
+    """
+
+    def __init__(
+        self,
+        executor: concurrent.futures.Executor,
+        *,
+        name: str = "default",
+        max_workers: int | None = None,
+        max_queue: int | None = None,
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        workers = getattr(executor, "_max_workers", None) if max_workers is None else max_workers
+        if not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"max_workers must be a positive int, got {workers!r}")
+        if max_queue is not None and (not isinstance(max_queue, int) or max_queue < 0):
+            raise ConfigError(f"max_queue must be an int >= 0 or None, got {max_queue!r}")
+        self.executor = executor
+        self.name = name
+        self.max_workers = workers
+        self.max_queue = max_queue
+        self._threads = isinstance(executor, concurrent.futures.ThreadPoolExecutor)
+        self._lock = threading.Lock()
+        self._outstanding = 0
+        self._running = 0
+        self._active = family("worker_pool_active_workers", registry).labels(name)
+        self._rejected = family("worker_pool_rejections_total", registry).labels(name)
+        self._wait = family("queue_wait_seconds", registry).labels(f"pool:{name}")
+        self._length = family("queue_length", registry).labels(f"pool:{name}")
+        family("worker_pool_max_workers", registry).labels(name).set(workers)
+
+    @property
+    def active(self) -> int:
+        """Workers executing a task now."""
+        return self._running if self._threads else min(self._outstanding, self.max_workers)
+
+    @property
+    def waiting(self) -> int:
+        """Tasks submitted and not started."""
+        return max(0, self._outstanding - self.active)
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        with self._lock:
+            limit = None if self.max_queue is None else self.max_workers + self.max_queue
+            if limit is not None and self._outstanding >= limit:
+                self._rejected.inc()
+                raise PoolSaturated(
+                    f"pool {self.name!r} full: {self._outstanding} tasks for "
+                    f"{self.max_workers} workers + {self.max_queue} queued"
+                )
+            self._outstanding += 1
+            self._publish()
+        submitted = time.perf_counter()
+        try:
+            if self._threads:
+                future = self.executor.submit(self._run_thread, submitted, fn, args, kwargs)
+            else:
+                timed: Callable[..., Any] = _run_timed
+                future = self.executor.submit(timed, time.time(), fn, args, kwargs)
+        except BaseException:
+            self._done()
+            self._rejected.inc()  # shut down or broken pool: the task was refused
+            raise
+        return self._finish_future(future)
+
+    def _run_thread(self, submitted: float, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        self._wait.observe(time.perf_counter() - submitted)
+        with self._lock:
+            self._running += 1
+            self._publish()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._publish()
+
+    def _finish_future(self, inner: concurrent.futures.Future[Any]) -> concurrent.futures.Future[T]:
+        if self._threads:
+            inner.add_done_callback(lambda _: self._done())
+            return inner
+        outer: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def relay(done: concurrent.futures.Future[Any]) -> None:
+            self._done()
+            if done.cancelled():
+                outer.cancel()
+                return
+            exc = done.exception()
+            if exc is not None:
+                outer.set_exception(exc)
+                return
+            waited, result = done.result()
+            self._wait.observe(max(0.0, waited))
+            outer.set_result(result)
+
+        outer.set_running_or_notify_cancel()
+        inner.add_done_callback(relay)
+        return outer
+
+    def _done(self) -> None:
+        with self._lock:
+            self._outstanding -= 1
+            self._publish()
+
+    def _publish(self) -> None:
+        self._active.set(self.active)
+        self._length.set(self.waiting)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def _run_timed(submitted: float, fn: Callable[..., T], args: Any, kwargs: Any) -> tuple[float, T]:
+    # runs in the worker process: wall clock, since perf_counter is per process
+    waited = time.time() - submitted
+    return waited, fn(*args, **kwargs)

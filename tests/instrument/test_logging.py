@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+import aivitals
+from aivitals.errors import ConfigError
+from aivitals.instrument import CONTEXT_FIELDS, JsonFormatter, configure_logging, inference
+from tests.instrument._apps import fastapi_app
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.anyio
+async def test_lifecycle_lines_parse_and_carry_the_five_fields(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+
+    @app.post("/v1/generate")
+    async def generate(body: dict[str, Any]) -> dict[str, int]:
+        queue: aivitals.instrument.InstrumentedQueue[int] = aivitals.instrument.InstrumentedQueue(
+            4, name="gen", registry=reg
+        )
+        queue.put_nowait(1)
+        await queue.get()
+        ids = list(range(len(body["prompt"])))
+        with inference(
+            model="toy", version="v1.2.3-9-gdeadbee", input_ids=ids, max_new_tokens=16, registry=reg
+        ) as call:
+            call.output_ids([1, 2])
+        return {"n": len(ids)}
+
+    path = tmp_path / "svc.jsonl"
+    writer = configure_logging(path, registry=reg)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            r = await client.post(
+                "/v1/generate", json={"prompt": "hello world"}, headers={"X-Request-ID": "rid-42"}
+            )
+            assert r.status_code == 200
+    finally:
+        writer.stop()
+    lines = _lines(path)
+    assert [line["event"] for line in lines] == ["received", "enqueued", "started", "responded"]
+    for line in lines:
+        for field in CONTEXT_FIELDS:
+            assert field in line
+        assert line["request_id"] == "rid-42"
+    received, enqueued, started, responded = lines
+    assert received["body_size_bytes"] == len(b'{"prompt":"hello world"}')
+    assert enqueued["queue_length"] == 1
+    assert started["input_tokens"] == 11 and started["max_new_tokens"] == 16
+    assert responded["model_version"] == "v1.2.3"
+    assert responded["input_token_count"] == 11
+    assert responded["gpu_device_id"] == "cpu"
+    assert responded["error_code"] is None
+    assert responded["status"] == 200
+    assert responded["total_time_ms"] >= responded["gpu_time_ms"] > 0
+
+
+@pytest.mark.anyio
+async def test_failed_request_logs_error_code_and_responded(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+
+    @app.get("/v1/oom")
+    async def oom() -> None:
+        with inference(model="toy", registry=reg):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB.")
+
+    path = tmp_path / "svc.jsonl"
+    with configure_logging(path, registry=reg):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            assert (await client.get("/v1/oom")).status_code == 500
+    responded = [line for line in _lines(path) if line["event"] == "responded"]
+    assert len(responded) == 1
+    assert responded[0]["error_code"] == "CUDA_OOM"
+    assert responded[0]["status"] == 500
+
+
+def test_other_packages_extra_fields_render_and_prompts_are_redacted() -> None:
+    stream = io.StringIO()
+    reg = CollectorRegistry()
+    writer = configure_logging(stream, registry=reg)
+    try:
+        log = logging.getLogger("aivitals.protect")
+        log.info("shed", extra={"reason": "queue_full", "prompt": "secret text", "n": 3})
+        log.warning("odd", extra={"obj": object()})
+        try:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        except RuntimeError:
+            log.exception("crashed")
+    finally:
+        writer.stop()
+    shed, odd, crashed = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert shed["event"] == "shed" and shed["logger"] == "aivitals.protect"
+    assert shed["reason"] == "queue_full" and shed["n"] == 3
+    assert shed["prompt"] == "<redacted 11 chars>"
+    assert shed["request_id"] is None and shed["error_code"] is None
+    assert odd["level"] == "warning" and odd["obj"].startswith("<object")
+    assert crashed["error_code"] == "CUDA_ERROR" and "Traceback" in crashed["traceback"]
+
+
+def test_prompts_logged_only_when_opted_in() -> None:
+    record = logging.LogRecord("aivitals.x", logging.INFO, "", 0, "e", (), None)
+    record.prompt = "hello"
+    assert json.loads(JsonFormatter(log_prompts=True).format(record))["prompt"] == "hello"
+
+
+def test_full_queue_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    gate = threading.Event()
+
+    class SlowHandler(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            gate.wait(5)
+            self.lines.append(self.format(record))
+
+    handler = SlowHandler()
+    writer = configure_logging(handler, queue_size=5, registry=reg)
+    log = logging.getLogger("aivitals.test")
+    try:
+        for i in range(50):
+            log.info("burst", extra={"i": i})
+        assert writer.dropped >= 40
+        assert reg.get_sample_value("aivitals_log_records_dropped_total") == writer.dropped
+    finally:
+        gate.set()
+        writer.stop()
+    # nothing accepted is lost: every record not counted as dropped was written
+    assert len(handler.lines) + writer.dropped == 50
+
+
+def test_bad_logging_config_is_refused() -> None:
+    with pytest.raises(ConfigError, match="queue_size"):
+        configure_logging(io.StringIO(), queue_size=0)
+    with pytest.raises(ConfigError, match="level"):
+        configure_logging(io.StringIO(), level="LOUD")
+    with pytest.raises(ConfigError, match="log target"):
+        configure_logging(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="cannot be opened"):
+        configure_logging("/nonexistent-dir/x/y.jsonl")

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aivitals.errors import ConfigError
+from aivitals.instrument import InstrumentedExecutor, InstrumentedQueue, PoolSaturated
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    value = registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_queue_reports_length_capacity_wait_and_rejections() -> None:
+    reg = CollectorRegistry()
+
+    async def run() -> None:
+        queue: InstrumentedQueue[str] = InstrumentedQueue(2, name="gen", registry=reg)
+        queue.put_nowait("a")
+        await queue.put("b")
+        assert _value(reg, "queue_length", queue="gen") == 2
+        with pytest.raises(asyncio.QueueFull):
+            queue.put_nowait("c")
+        await asyncio.sleep(0.02)
+        assert await queue.get() == "a"
+        assert queue.get_nowait() == "b"
+
+    asyncio.run(run())
+    assert _value(reg, "queue_capacity", queue="gen") == 2
+    assert _value(reg, "queue_length", queue="gen") == 0
+    assert _value(reg, "queue_rejections_total", queue="gen", reason="full") == 1
+    assert _value(reg, "queue_wait_seconds_count", queue="gen") == 2
+    assert _value(reg, "queue_wait_seconds_sum", queue="gen") >= 0.04
+
+
+def test_queue_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="maxsize"):
+        InstrumentedQueue(-1, registry=CollectorRegistry())
+    with pytest.raises(ConfigError, match="name"):
+        InstrumentedQueue(1, name="", registry=CollectorRegistry())
+
+
+def test_thread_executor_reports_active_workers_wait_and_rejections() -> None:
+    reg = CollectorRegistry()
+    gate = threading.Event()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(2), name="tok", max_queue=1, registry=reg)
+    try:
+        futures = [pool.submit(gate.wait, 5) for _ in range(3)]
+        deadline = time.monotonic() + 5
+        while pool.active < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert _value(reg, "worker_pool_active_workers", pool="tok") == 2
+        assert _value(reg, "worker_pool_max_workers", pool="tok") == 2
+        assert _value(reg, "queue_length", queue="pool:tok") == 1
+        with pytest.raises(PoolSaturated):
+            pool.submit(gate.wait, 5)
+        gate.set()
+        assert all(f.result(5) for f in futures)
+    finally:
+        pool.shutdown()
+    assert _value(reg, "worker_pool_rejections_total", pool="tok") == 1
+    assert _value(reg, "worker_pool_active_workers", pool="tok") == 0
+    assert _value(reg, "queue_wait_seconds_count", queue="pool:tok") == 3
+    with pytest.raises(RuntimeError):
+        pool.submit(print)  # shut down: refused, counted
+    assert _value(reg, "worker_pool_rejections_total", pool="tok") == 2
+
+
+def test_executor_works_with_run_in_executor_and_propagates_errors() -> None:
+    reg = CollectorRegistry()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(1), name="x", registry=reg)
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(ZeroDivisionError):
+            await loop.run_in_executor(pool, divmod, 1, 0)
+        return await loop.run_in_executor(pool, sum, [1, 2, 3])
+
+    try:
+        assert asyncio.run(run()) == 6
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.slow
+def test_process_executor_relays_results_and_wait() -> None:
+    reg = CollectorRegistry()
+    pool = InstrumentedExecutor(ProcessPoolExecutor(1), name="proc", registry=reg)
+    try:
+        assert pool.submit(pow, 2, 10).result(30) == 1024
+        with pytest.raises(ZeroDivisionError):
+            pool.submit(divmod, 1, 0).result(30)
+    finally:
+        pool.shutdown()
+    assert _value(reg, "queue_wait_seconds_count", queue="pool:proc") == 1
+    assert _value(reg, "worker_pool_active_workers", pool="proc") == 0
+
+
+def test_executor_bad_arguments() -> None:
+    with ThreadPoolExecutor(1) as inner:
+        with pytest.raises(ConfigError, match="max_queue"):
+            InstrumentedExecutor(inner, max_queue=-1, registry=CollectorRegistry())
+        with pytest.raises(ConfigError, match="max_workers"):
+            InstrumentedExecutor(inner, max_workers=0, registry=CollectorRegistry())
