@@ -39,6 +39,8 @@ _COMPARE: dict[str, Callable[[Floats, Floats], Mask]] = {
     "<=": np.less_equal,
 }
 _SET_OPS = ("and", "or", "unless")
+#: Operators whose result drops ``__name__`` (Prometheus 2.x keeps it for atan2).
+_DROPS_NAME = frozenset(("+", "-", "*", "/", "%", "^"))
 
 
 def binary(ctx: Context, node: Any) -> Value:
@@ -88,7 +90,7 @@ def _vector_scalar(op: str, vec: Vec, sv: Floats, return_bool: bool, *, swap: bo
             value = rv  # the vector's value is kept even when it is on the right
         if return_bool:
             value, keep = keep.astype(np.float64), np.ones(len(keep), dtype=bool)
-        labels = drop_name(s.labels) if (op in _ARITH or return_bool) else s.labels
+        labels = drop_name(s.labels) if (op in _DROPS_NAME or return_bool) else s.labels
         m = s.m & keep
         if m.any():
             out.append(VecSeries(labels, value, m))
@@ -204,7 +206,7 @@ def _result_labels(
     group: list[str],
 ) -> Labels:
     lab = dict(many)
-    if op in _ARITH or return_bool:
+    if op in _DROPS_NAME or return_bool:
         lab.pop("__name__", None)
     if card == "one-to-one":
         if on:

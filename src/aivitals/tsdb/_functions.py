@@ -207,6 +207,8 @@ def _extrapolated_rate(
 def _instant_delta(is_rate: bool) -> StepFn:
     def run(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
         mask = (hi - lo) >= 2
+        if len(raw.t) < 2:
+            return np.zeros(len(lo)), mask
         last = np.where(mask, hi - 1, 1)
         prev = last - 1
         lv, pv = raw.v[last], raw.v[prev]
