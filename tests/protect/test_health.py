@@ -1,0 +1,262 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aivitals.errors import ConfigError
+from aivitals.protect import Health, HealthConfig, HealthMiddleware
+
+from ._asgi import call, sample
+
+pytestmark = pytest.mark.anyio
+
+
+async def not_found(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 404, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def get(app: Any, path: str) -> tuple[int, dict[str, Any]]:
+    reply = await call(app, method="GET", path=path)
+    return reply.status, reply.json()
+
+
+class Worker:
+    """A one-thread inference pool, like a model server's; ``hang()`` blocks it."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.unblock = threading.Event()
+        self.inferences = 0
+
+    def infer(self) -> str:
+        self.inferences += 1
+        time.sleep(0.005)
+        return "ok"
+
+    async def probe(self) -> str:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self.infer)
+
+    def hang(self) -> None:
+        self.pool.submit(self.unblock.wait)
+
+    def close(self) -> None:
+        self.unblock.set()
+        self.pool.shutdown(wait=True)
+
+
+async def wait_for_status(app: Any, path: str, status: int, limit: float) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        if (await get(app, path))[0] == status:
+            return time.monotonic() - began
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{path} never answered {status} within {limit} s")
+
+
+async def test_hung_worker_turns_readyz_503_within_two_probe_periods_healthz_stays_200() -> None:
+    registry = CollectorRegistry()
+    worker = Worker()
+    period = 0.25
+    health = Health(
+        HealthConfig(probe=worker.probe, probe_interval=period, probe_timeout=0.1),
+        registry=registry,
+    )
+    app = HealthMiddleware(not_found, health)
+    try:
+        await wait_for_status(app, "/readyz", 200, 2.0)
+        worker.hang()
+        hung_at = time.monotonic()
+        flipped = await wait_for_status(app, "/readyz", 503, 4 * period)
+        flip = time.monotonic() - hung_at
+        assert flip <= 2 * period, f"readiness flipped after {flip:.3f} s"
+        assert flipped <= 2 * period
+        status, body = await get(app, "/readyz")
+        assert status == 503 and body["checks"]["probe"]["ok"] is False
+        assert body["checks"]["probe"]["detail"]
+        assert (await get(app, "/healthz"))[0] == 200
+        assert registry.get_sample_value("service_ready") == 0
+        assert sample(registry, "health_check_up", check="probe") == 0
+    finally:
+        worker.close()
+        await health.stop()
+
+
+async def test_not_ready_until_the_warmup_inference_ran() -> None:
+    warmed = asyncio.Event()
+    calls: list[str] = []
+
+    async def warmup() -> None:
+        calls.append("warmup")
+        await warmed.wait()
+
+    async def probe() -> None:
+        calls.append("probe")
+
+    health = Health(
+        HealthConfig(warmup=warmup, probe=probe, probe_interval=0.05),
+        registry=CollectorRegistry(),
+    )
+    app = HealthMiddleware(not_found, health)
+    try:
+        status, body = await get(app, "/readyz")
+        await asyncio.sleep(0.1)
+        status, body = await get(app, "/readyz")
+        assert status == 503
+        assert body["checks"]["warmup"] == {"ok": False, "detail": "warm-up not finished"}
+        warmed.set()
+        await wait_for_status(app, "/readyz", 200, 1.0)
+        assert calls[0] == "warmup" and "probe" in calls
+    finally:
+        await health.stop()
+
+
+async def test_failing_dependency_names_itself() -> None:
+    def redis_ping() -> bool:
+        raise ConnectionRefusedError("Connection refused")
+
+    async def cache_ping() -> bool:
+        return True
+
+    health = Health(
+        HealthConfig(dependencies={"redis": redis_ping, "cache": cache_ping}, probe_interval=0.05),
+        registry=CollectorRegistry(),
+    )
+    app = HealthMiddleware(not_found, health)
+    try:
+        await get(app, "/readyz")
+        await asyncio.sleep(0.1)
+        status, body = await get(app, "/readyz")
+        assert status == 503
+        assert body["checks"]["dependency:redis"]["ok"] is False
+        assert "ConnectionRefusedError" in body["checks"]["dependency:redis"]["detail"]
+        assert body["checks"]["dependency:cache"]["ok"] is True
+    finally:
+        await health.stop()
+
+
+async def test_a_hanging_dependency_fails_after_its_timeout() -> None:
+    async def hangs() -> None:
+        await asyncio.sleep(10)
+
+    health = Health(
+        HealthConfig(dependencies={"db": hangs}, dependency_timeout=0.05),
+        registry=CollectorRegistry(),
+    )
+    await health.run_checks()
+    ok, body = health.readiness()
+    assert not ok
+    assert "no answer within 0.05 s" in body["checks"]["dependency:db"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("reading", "ok"), [((95, 100), False), ((50, 100), True), (None, True), ((0, 0), False)]
+)
+async def test_gpu_memory_headroom(reading: tuple[int, int] | None, ok: bool) -> None:
+    health = Health(
+        HealthConfig(gpu_memory=lambda: reading, min_gpu_free_ratio=0.1),
+        registry=CollectorRegistry(),
+    )
+    ready, body = health.readiness()
+    assert ready is ok
+    assert body["checks"]["gpu_memory"]["ok"] is ok
+
+
+async def test_model_not_loaded_is_not_ready() -> None:
+    loaded = {"yes": False}
+    health = Health(HealthConfig(model_loaded=lambda: loaded["yes"]), registry=CollectorRegistry())
+    assert health.readiness()[0] is False
+    loaded["yes"] = True
+    assert health.readiness()[0] is True
+
+
+async def test_a_stale_probe_result_is_not_trusted() -> None:
+    now = {"t": 100.0}
+    health = Health(
+        HealthConfig(probe=lambda: True, probe_interval=1.0),
+        registry=CollectorRegistry(),
+        clock=lambda: now["t"],
+    )
+    await health.run_warmup()
+    assert health.readiness()[0] is True
+    now["t"] += 2.5  # more than two probe periods without a new probe result
+    ok, body = health.readiness()
+    assert not ok and "ago" in body["checks"]["probe"]["detail"]
+
+
+async def test_healthz_reports_event_loop_lag_over_budget() -> None:
+    health = Health(HealthConfig(liveness_budget=0.1), registry=CollectorRegistry())
+    app = HealthMiddleware(not_found, health)
+    try:
+        assert (await get(app, "/healthz"))[0] == 200
+        await asyncio.sleep(0.15)
+        time.sleep(0.3)  # block the loop, as a sync call in a handler would
+        await asyncio.sleep(0.15)
+        status, body = await get(app, "/healthz")
+        assert status == 503
+        assert "lag" in body["checks"]["event_loop"]["detail"]
+    finally:
+        await health.stop()
+
+
+async def test_other_paths_and_methods_go_to_the_app() -> None:
+    health = Health(HealthConfig(), registry=CollectorRegistry())
+    app = HealthMiddleware(not_found, health)
+    try:
+        assert (await call(app, method="GET", path="/other")).status == 404
+        assert (await call(app, method="POST", path="/healthz")).status == 404
+        status, body = await get(app, "/health/queue")
+        assert status == 200 and body["queue"] is None
+    finally:
+        await health.stop()
+
+
+async def test_lifespan_starts_and_stops_the_schedule() -> None:
+    health = Health(HealthConfig(probe=lambda: True, probe_interval=0.05), registry=None)
+
+    async def lifespan_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    app = HealthMiddleware(lifespan_app, health)
+    inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    inbox.put_nowait({"type": "lifespan.startup"})
+    sent: list[str] = []
+
+    async def send(message: dict[str, str]) -> None:
+        sent.append(message["type"])
+
+    task = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, send))
+    await asyncio.sleep(0.1)
+    assert health.running and health.warmed
+    inbox.put_nowait({"type": "lifespan.shutdown"})
+    await task
+    assert not health.running
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"probe_interval": 0}, "probe_interval"),
+        ({"probe_timeout": -1}, "probe_timeout"),
+        ({"min_gpu_free_ratio": 1.5}, "min_gpu_free_ratio"),
+        ({"probe": "not callable"}, "probe"),
+        ({"dependencies": {"redis": 42}}, "redis"),
+        ({"probe_max_age": 0}, "probe_max_age"),
+    ],
+)
+def test_bad_health_config_names_the_key(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        HealthConfig(**kwargs)
