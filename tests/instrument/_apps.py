@@ -14,7 +14,9 @@ import aivitals
 from aivitals.instrument import instrument
 
 
-def fastapi_app(registry: CollectorRegistry | None = REGISTRY, **settings: Any) -> FastAPI:
+def fastapi_app(
+    registry: CollectorRegistry | None = REGISTRY, *, instrumented: bool = True, **settings: Any
+) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/echo")
@@ -47,5 +49,6 @@ def fastapi_app(registry: CollectorRegistry | None = REGISTRY, **settings: Any) 
     async def pid() -> dict[str, int]:
         return {"pid": os.getpid()}
 
-    instrument(app, registry=registry, **settings)
+    if instrumented:
+        instrument(app, registry=registry, **settings)
     return app

@@ -42,6 +42,8 @@ _METHODS = frozenset(
 _ID_CHARS = rb"[A-Za-z0-9._:@/+=\-]"
 _CLIENT_CLOSED = 499  # nginx's convention: the client went away before a response
 _DURATION = "http_request_duration_seconds"
+#: exceptions frameworks raise when the client went away mid-request
+_DISCONNECT_ERRORS = frozenset({"ClientDisconnect", "ClientDisconnected"})
 
 
 class _RouteChildren:
@@ -181,11 +183,13 @@ class AivitalsMiddleware:
             raise
         except BaseException as exc:
             # record, then re-raise: the server answers 500 or closes, as without us
-            self._errors.labels(*children.labels, type(exc).__name__).inc()
-            if not ex.status:
-                ex.status = 500
-            if state.error_code is None:
-                state.error_code = "INTERNAL"
+            if ex.disconnected or type(exc).__name__ in _DISCONNECT_ERRORS:
+                self._client_gone(ex, rid, children)  # the app failed because the client left
+                state.error_code = state.error_code or "CLIENT_DISCONNECT"
+            else:
+                self._errors.labels(*children.labels, type(exc).__name__).inc()
+                ex.status = ex.status or 500
+                state.error_code = state.error_code or "INTERNAL"
             raise
         finally:
             self._finish(start, scope, children, ex, state, logging_on)
