@@ -20,7 +20,7 @@ TOKEN = "test-chaos-token"
 @asynccontextmanager
 async def client_for(app: Any) -> AsyncIterator[httpx.AsyncClient]:
     # ASGITransport does not run the lifespan; drive it by hand so models warm up.
-    async with app.router.lifespan_context(app):
+    async with app.fastapi.router.lifespan_context(app.fastapi):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://demo") as client:
             yield client
@@ -69,7 +69,7 @@ def test_cache_hit_on_repeat(demo_models: DemoModels) -> None:
         async with client_for(app) as c:
             first = await c.post("/v1/embeddings", json={"input": "cache me"})
             second = await c.post("/v1/embeddings", json={"input": "cache me"})
-            metrics = app.state.service.config.registry
+            metrics = app.service.config.registry
         assert first.headers["x-cache"] == "miss"
         assert second.headers["x-cache"] == "hit"
         assert first.json() == second.json()
@@ -129,7 +129,8 @@ def test_completion_is_deterministic_for_a_seed(demo_models: DemoModels) -> None
         ("/v1/completions", {"prompt": "x", "max_tokens": 100_000}, 422, "INPUT_REJECTED"),
         ("/v1/completions", {"prompt": "word " * 2000}, 422, "INPUT_TOO_MANY_TOKENS"),
         ("/v1/embeddings", {"input": []}, 422, "INPUT_REJECTED"),
-        ("/v1/embeddings", {"input": ["x"] * 1000}, 422, "INPUT_REJECTED"),
+        ("/v1/embeddings", {"input": ["x"] * 100}, 422, "INPUT_REJECTED"),
+        ("/v1/embeddings", {"input": ["x"] * 1000}, 422, "INPUT_TOO_MANY_TOKENS"),
     ],
 )
 def test_bad_input_is_refused_with_a_code(
@@ -152,9 +153,13 @@ def test_bad_json_and_schema_are_refused(demo_models: DemoModels) -> None:
             r3 = await c.post(
                 "/v1/completions", json={"prompt": "x"}, headers={"X-Request-Timeout": "-1"}
             )
-        assert r1.status_code in (400, 422)
+            r4 = await c.post("/v1/embeddings", json={"input": "bad \x01 control"})
+            r5 = await c.post("/v1/embeddings", content=b"x" * 200_000)
+        assert r1.status_code == 400 and r1.json()["error"]["code"] == "INPUT_BAD_JSON"
         assert r2.status_code == 422
-        assert r3.status_code == 422 and r3.json()["error"]["code"] == "INPUT_REJECTED"
+        assert r3.status_code == 400 and r3.json()["error"]["code"] == "INPUT_REJECTED"
+        assert r4.status_code == 422 and r4.json()["error"]["code"] == "INPUT_CONTROL_CHARS"
+        assert r5.status_code == 413 and r5.json()["error"]["code"] == "INPUT_TOO_LARGE"
 
     run(body)
 
@@ -271,3 +276,45 @@ def test_config_rejects_bad_values() -> None:
     with pytest.raises(ConfigError, match="AIVITALS_DEMO_WORKERS"):
         DemoConfig.from_env({"AIVITALS_DEMO_WORKERS": "many"})
     assert DemoConfig.from_env({"AIVITALS_CHAOS_TOKEN": "abcdefghij"}).chaos_token == "abcdefghij"
+
+
+def test_metrics_and_json_logs_carry_the_model_call(demo_models: DemoModels) -> None:
+    import io
+
+    from aivitals.instrument import configure_logging
+
+    stream = io.StringIO()
+
+    async def body() -> None:
+        registry = CollectorRegistry()
+        app = create_app(DemoConfig(registry=registry, cache_enabled=False), models=demo_models)
+        writer = configure_logging(stream, registry=registry)
+        try:
+            async with client_for(app) as c:
+                await c.post("/v1/embeddings", json={"input": "metrics"})
+                await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
+                timed_out = await c.post(
+                    "/v1/completions",
+                    json={"prompt": "slow", "max_tokens": 256},
+                    headers={"X-Request-Timeout": "0.3", "X-Request-ID": "rid-timeout-1"},
+                )
+                await asyncio.sleep(0.3)  # the worker notices the abort at its next token
+                text = (await c.get("/metrics")).text
+        finally:
+            writer.stop()
+        assert timed_out.status_code == 504
+        assert 'model_inference_time_seconds_count{device="cpu",model="all-MiniLM-L6-v2"' in text
+        assert 'model="random-tiny-gpt2"' in text
+        aborts = registry.get_sample_value(
+            "model_aborts_total", {"model": "random-tiny-gpt2", "reason": "deadline"}
+        )
+        assert aborts == 1.0
+
+    run(body)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines() if line]
+    errors = [r for r in lines if r.get("request_id") == "rid-timeout-1" and r.get("error_code")]
+    assert errors, lines[-5:]
+    for record in errors:
+        for key in ("request_id", "model_version", "input_token_count", "gpu_device_id"):
+            assert key in record
+        assert record["error_code"] == "TIMEOUT"

@@ -39,14 +39,18 @@ def test_python_m_serve_with_redis_and_sim_gpu(tmp_path: Path) -> None:
                 second = c.post("/v1/embeddings", json={"input": "served"})
                 comp = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5})
                 chaos = c.get("/_aivitals/chaos", headers={"X-Aivitals-Token": TOKEN})
+                ready = c.get("/readyz").json()
+                metrics = c.get("/metrics").text
             assert first.status_code == 200 and second.headers["x-cache"] == "hit"
             assert comp.json()["usage"]["completion_tokens"] == 5
             assert chaos.status_code == 200
+            assert "redis" in str(ready)
+            assert 'cache_requests_total{cache="redis",result="hit"} 1.0' in metrics
             import redis as redis_lib
 
             keys = redis_lib.Redis.from_url(redis.url).keys("aivitals-demo:*")
-            # the readiness probe's embedding, ours, and the completion live in Redis
-            assert len(keys) == 3
+            # the embedding and the completion live in Redis
+            assert len(keys) == 2
         finally:
             proc.terminate()
             proc.wait(timeout=20)
@@ -63,7 +67,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
         if proc.poll() is not None:
             pytest.fail(f"serve exited {proc.returncode}: {log.read_text()[-3000:]}")
         try:
-            if httpx.post(f"{url}/v1/embeddings", json={"input": "up?"}, timeout=2).is_success:
+            if httpx.get(f"{url}/readyz", timeout=2).is_success:
                 return
         except httpx.HTTPError:
             pass

@@ -19,13 +19,16 @@ from pydantic import BaseModel, Field
 
 from .. import signals
 from ..errors import ConfigError
+from ..instrument import REQUEST_STATE, InferenceAborted, abort_request, current_request_id
+from ..instrument import instrument as instrument_app
+from ..protect import AdmissionConfig, GuardConfig, HealthConfig, Protected, protect
 from ._cache import cache_key
 from ._config import LM_MODEL_NAME, DemoConfig
 from ._faults import FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels, GenerationResult
 from ._service import DemoService, QueueFullError, WorkHandle
 
-__all__ = ["CHAOS_PATH", "create_app"]
+__all__ = ["CHAOS_PATH", "DemoApp", "create_app"]
 
 CHAOS_PATH = "/_aivitals/chaos"
 log = logging.getLogger("aivitals.demo")
@@ -51,13 +54,36 @@ class ChaosRequest(BaseModel):
 
 
 def error_response(code: signals.ErrorCode, message: str, **headers: str) -> JSONResponse:
+    _note_error(code)
     info = signals.ERROR_CODES[code]
     body = {"error": {"code": str(code), "message": message, "layer": str(info.layer)}}
     return JSONResponse(body, status_code=info.http_status, headers=headers or None)
 
 
-def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = None) -> FastAPI:
+class DemoApp:
+    """The served ASGI app: instrumentation around protection around the FastAPI routes.
+
+    ``fastapi`` runs the lifespan (model load, warm-up); ``service`` does the work;
+    ``protected`` holds the admission controller and the health checks.
+    """
+
+    def __init__(self, fastapi: FastAPI, service: DemoService, protected: Protected, outer: Any):
+        self.fastapi = fastapi
+        self.service = service
+        self.protected = protected
+        self._outer = outer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._outer(scope, receive, send)
+
+
+def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = None) -> DemoApp:
     """The demo AI service as an ASGI app. Models load at startup unless passed in.
+
+    From the outside in: ``aivitals.instrument`` (metrics, request id, JSON
+    lifecycle logs, ``/metrics``), ``aivitals.protect`` (health endpoints,
+    admission control with 429, the input guard, deadlines that abort), then
+    the routes.
 
     **Usage**::
 
@@ -80,27 +106,42 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
     _add_model_routes(app, service)
     if cfg.chaos_token:
         _add_chaos_routes(app, service, cfg.chaos_token)
-    return app
-
-
-def _deadline(request: Request, default: float) -> float:
-    raw = request.headers.get("x-request-timeout")
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"X-Request-Timeout={raw!r}: expected seconds") from None
-    if not 0 < value <= 3600:
-        raise ConfigError(f"X-Request-Timeout={raw!r}: expected 0 < seconds <= 3600")
-    return value
+    protected = protect(
+        app,
+        guard=GuardConfig(
+            max_body_bytes=cfg.max_body_bytes,
+            json=True,
+            tokenizer=service.count_tokens,
+            max_tokens=cfg.max_input_tokens,
+            text_fields=("input", "prompt"),
+        ),
+        guard_routes={CHAOS_PATH: None, "/docs": None, "/openapi.json": None},
+        admission=AdmissionConfig(
+            queue_size=cfg.queue_size,
+            default_timeout=cfg.request_timeout,
+            max_timeout=max(600.0, cfg.request_timeout),
+            paths=("/v1/embeddings", "/v1/completions"),
+        ),
+        health=HealthConfig(
+            probe=service.probe,
+            model_loaded=lambda: service.models_loaded and service.ready,
+            gpu_memory=service.gpu_memory,
+            dependencies=service.dependencies(),
+            probe_interval=cfg.probe_interval,
+            probe_timeout=cfg.probe_timeout,
+        ),
+        registry=service.registry,
+    )
+    routes = ["/v1/embeddings", "/v1/completions", CHAOS_PATH]
+    outer = instrument_app(protected, registry=service.registry, routes=routes)
+    return DemoApp(app, service, protected, outer)
 
 
 def _add_model_routes(app: FastAPI, service: DemoService) -> None:
     cfg = service.config
 
     @app.post("/v1/embeddings")
-    async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+    async def embeddings(body: EmbeddingRequest) -> Response:
         service.on_request()
         texts = [body.input] if isinstance(body.input, str) else list(body.input)
         if not texts or len(texts) > cfg.max_batch:
@@ -111,10 +152,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
         if (hit := await asyncio.to_thread(service.cache.get, key)) is not None:
             return Response(hit, media_type="application/json", headers={"X-Cache": "hit"})
         try:
-            timeout = _deadline(request, cfg.request_timeout)
-            vectors, tokens, _ = await asyncio.wait_for(
-                service.run(lambda: service.embed_sync(texts)), timeout
-            )
+            vectors, tokens, _ = await service.run(lambda: service.embed_sync(texts))
         except Exception as exc:
             return _failure(exc, "embeddings")
         payload = {
@@ -130,7 +168,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
         return Response(raw, media_type="application/json", headers={"X-Cache": "miss"})
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
+    async def completions(body: CompletionRequest) -> Response:
         service.on_request()
         max_tokens = body.max_tokens or cfg.default_max_tokens
         if max_tokens > cfg.max_new_tokens:
@@ -139,7 +177,6 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
                 f"max_tokens={max_tokens} exceeds the limit {cfg.max_new_tokens}",
             )
         try:
-            timeout = _deadline(request, cfg.request_timeout)
             models = await asyncio.to_thread(service.models)
         except Exception as exc:
             return _failure(exc, "completions")
@@ -151,13 +188,13 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
             )
         seed = body.seed if body.seed is not None else _seed(body.prompt)
         if body.stream:
-            return _stream(service, prompt_ids, max_tokens, seed, timeout)
+            return _stream(service, prompt_ids, max_tokens, seed)
         key = cache_key("completions", {"p": body.prompt, "n": max_tokens, "s": seed})
         if (hit := await asyncio.to_thread(service.cache.get, key)) is not None:
             return Response(hit, media_type="application/json", headers={"X-Cache": "hit"})
-        handle = _start_generation(service, prompt_ids, max_tokens, seed, lambda t, p: None)
         try:
-            result = await _await_generation(service, handle, timeout)
+            handle = _start_generation(service, prompt_ids, max_tokens, seed, lambda t, p: None)
+            result = await _await_generation(service, handle)
         except Exception as exc:
             return _failure(exc, "completions")
         raw = json.dumps(_completion_payload(result, len(prompt_ids))).encode()
@@ -181,15 +218,23 @@ def _start_generation(
     return WorkHandle(abort, future)
 
 
-async def _await_generation(
-    service: DemoService, handle: WorkHandle, timeout: float
-) -> GenerationResult:
+async def _await_generation(service: DemoService, handle: WorkHandle) -> GenerationResult:
     try:
-        return await asyncio.wait_for(asyncio.wrap_future(handle.future), timeout)
-    except (TimeoutError, asyncio.CancelledError):
-        if service.aborts_on_timeout:
-            handle.abort.set()  # the worker stops at its next token
+        return await asyncio.wrap_future(handle.future)
+    except asyncio.CancelledError:
+        # the deadline middleware cancelled us (and fired the abort hooks): make sure
+        # a generation still queued never starts, unless the fault says otherwise
+        _abort(service, handle)
         raise
+
+
+def _abort(service: DemoService, handle: WorkHandle) -> None:
+    """Abort the generation through the model call's abort hook (it stops at the next token)."""
+    rid = current_request_id()
+    if rid is not None:
+        abort_request(rid, "deadline")
+    if service.aborts_on_timeout:
+        handle.abort.set()
 
 
 def _completion_payload(result: GenerationResult, prompt_tokens: int) -> dict[str, Any]:
@@ -213,9 +258,7 @@ def _completion_payload(result: GenerationResult, prompt_tokens: int) -> dict[st
     }
 
 
-def _stream(
-    service: DemoService, prompt_ids: list[int], max_tokens: int, seed: int, timeout: float
-) -> Response:
+def _stream(service: DemoService, prompt_ids: list[int], max_tokens: int, seed: int) -> Response:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -228,7 +271,6 @@ def _stream(
         return _failure(exc, "completions")
     handle.future.add_done_callback(lambda f: loop.call_soon_threadsafe(queue.put_nowait, None))
     cid = f"cmpl-{uuid.uuid4().hex[:16]}"
-    deadline = loop.time() + timeout
 
     def chunk(text: str, finish: str | None) -> str:
         data = {
@@ -243,32 +285,26 @@ def _stream(
     async def events() -> AsyncIterator[str]:
         try:
             while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError
-                piece = await asyncio.wait_for(queue.get(), remaining)
+                piece = await queue.get()
                 if piece is None:
                     break
                 yield chunk(piece, None)
             result = handle.future.result()
             yield chunk("", "abort" if result.aborted else "length")
             yield "data: [DONE]\n\n"
-        except TimeoutError:
-            if service.aborts_on_timeout:
-                handle.abort.set()
-            log.warning(
-                "completion deadline passed", extra={"error_code": str(signals.ErrorCode.TIMEOUT)}
-            )
-            err = {"error": {"code": "TIMEOUT", "message": f"deadline of {timeout:g} s passed"}}
+        except InferenceAborted as exc:
+            _note_error(signals.ErrorCode.TIMEOUT)
+            err = {"error": {"code": "TIMEOUT", "message": str(exc)}}
             yield f"data: {json.dumps(err)}\n\n"
         except Exception as exc:
             code = signals.classify_exception(exc)
-            log.error("completion failed", extra={"error_code": str(code)})
+            _note_error(code)
+            log.error("completion failed: %s", type(exc).__name__)
             yield f"data: {json.dumps({'error': {'code': str(code), 'message': str(exc)}})}\n\n"
         finally:
             # client gone or generator closed: stop the work unless the fault says otherwise
-            if not handle.future.done() and service.aborts_on_timeout:
-                handle.abort.set()
+            if not handle.future.done():
+                _abort(service, handle)
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -284,6 +320,12 @@ def _failure(exc: BaseException, route: str) -> Response:
         code = signals.classify_exception(exc)
     log.error("%s failed: %s", route, type(exc).__name__, extra={"error_code": str(code)})
     return error_response(code, f"{type(exc).__name__}: {exc}" if str(exc) else code.value)
+
+
+def _note_error(code: signals.ErrorCode) -> None:
+    state = REQUEST_STATE.get()
+    if state is not None and state.error_code is None:
+        state.error_code = str(code)
 
 
 def _add_chaos_routes(app: FastAPI, service: DemoService, token: str) -> None:

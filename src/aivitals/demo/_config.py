@@ -13,10 +13,12 @@ from prometheus_client import CollectorRegistry
 
 from ..errors import ConfigError
 
-__all__ = ["LM_MODEL_NAME", "DemoConfig"]
+__all__ = ["LM_MODEL_ID", "LM_MODEL_NAME", "DemoConfig"]
 
 #: The generation model's public name: it says the weights are random.
 LM_MODEL_NAME = "random-tiny-gpt2 (random weights, demo only)"
+#: Its ``model`` label value in metrics.
+LM_MODEL_ID = "random-tiny-gpt2"
 _ENV_PREFIX = "AIVITALS_DEMO_"
 _DEVICES = ("auto", "cpu", "cuda")
 
@@ -53,6 +55,11 @@ class DemoConfig:
     max_batch: int = 64
     #: Default deadline of a request when it sends no X-Request-Timeout, seconds.
     request_timeout: float = 30.0
+    #: Request bodies over this many bytes are refused (413) by the input guard.
+    max_body_bytes: int = 100_000
+    #: Readiness probe (a one-text embedding through the pool): period and budget, seconds.
+    probe_interval: float = 5.0
+    probe_timeout: float = 2.0
     #: Redis for the response cache; None -> an in-process cache.
     redis_url: str | None = None
     cache_enabled: bool = True
@@ -89,6 +96,9 @@ class DemoConfig:
         if self.device not in _DEVICES:
             raise ConfigError(f"device={self.device!r}: expected one of {', '.join(_DEVICES)}")
         _positive_float("request_timeout", self.request_timeout)
+        _positive_float("probe_interval", self.probe_interval)
+        _positive_float("probe_timeout", self.probe_timeout)
+        _positive_int("max_body_bytes", self.max_body_bytes)
         _positive_float("cache_ttl", self.cache_ttl)
         if not 0.0 <= self.cache_jitter < 1.0:
             raise ConfigError(f"cache_jitter={self.cache_jitter!r}: expected 0 <= jitter < 1")
@@ -136,8 +146,9 @@ _INTS = {
     "sim_gpu_index",
     "sim_gpu_memory_total",
     "sim_kv_bytes_per_token",
+    "max_body_bytes",
 }
-_FLOATS = {"request_timeout", "cache_ttl", "cache_jitter"}
+_FLOATS = {"request_timeout", "cache_ttl", "cache_jitter", "probe_interval", "probe_timeout"}
 
 
 def _cast(key: str, raw: str, name: str) -> Any:

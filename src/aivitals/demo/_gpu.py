@@ -36,6 +36,8 @@ class GpuAccount(Protocol):
 
     def slowdown(self) -> float: ...
 
+    def memory(self) -> tuple[int, int] | None: ...
+
     def close(self) -> None: ...
 
 
@@ -65,6 +67,9 @@ class NoGpuAccount:
 
     def slowdown(self) -> float:
         return 1.0
+
+    def memory(self) -> tuple[int, int] | None:
+        return None
 
     def close(self) -> None:
         return None
@@ -124,6 +129,10 @@ class SimAccount:
             self._slowdown_at = now
         return self._slowdown
 
+    def memory(self) -> tuple[int, int] | None:
+        dev = self._sim.device(self.gpu_index)
+        return int(dev.memory_used), int(dev.memory_total)
+
     def close(self) -> None:
         self.clear_leak()
         try:
@@ -172,6 +181,12 @@ class CudaAccount:
 
     def slowdown(self) -> float:
         return 1.0
+
+    def memory(self) -> tuple[int, int] | None:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(self.gpu_index)
+        return int(total - free), int(total)
 
     def close(self) -> None:
         self.clear_leak()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import os
 import threading
@@ -12,12 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
 from ..errors import ServiceError
+from ..instrument import InstrumentedExecutor, PoolSaturated, inference, model_load
 from ._cache import ResponseCache, make_cache
-from ._config import DemoConfig
+from ._config import LM_MODEL_ID, DemoConfig
 from ._faults import InProcessFaults
 from ._gpu import GpuAccount, make_gpu_account
-from ._models import DemoModels, GenerationResult
+from ._models import EMBED_MODEL_NAME, DemoModels, GenerationResult
 
 __all__ = ["DemoService", "QueueFullError", "WorkHandle"]
 
@@ -53,20 +57,23 @@ class DemoService:
         self.config = config
         self._models = models
         self._models_lock = threading.Lock()
+        #: where every metric of this service goes (prometheus_client's default unless set)
+        self.registry: CollectorRegistry = config.registry or REGISTRY
         self.cache: ResponseCache = make_cache(
             config.redis_url if config.cache_enabled else None,
             ttl=config.cache_ttl,
             jitter=config.cache_jitter,
-            registry=config.registry,
+            registry=self.registry,
         )
         self.gpu: GpuAccount | None = None
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=config.workers, thread_name_prefix="aivitals-demo-worker"
+        self.pool = InstrumentedExecutor(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=config.workers, thread_name_prefix="aivitals-demo-worker"
+            ),
+            name="model",
+            max_queue=config.queue_size,
+            registry=self.registry,
         )
-        self._slots = threading.BoundedSemaphore(config.workers + config.queue_size)
-        self._waiting = 0
-        self._running = 0
-        self._counts_lock = threading.Lock()
         self._stuck = threading.Event()
         self._stuck.set()
         self._leak: list[bytearray] = []
@@ -111,8 +118,13 @@ class DemoService:
             return models
         with self._models_lock:
             if self._models is None:
-                log.info("loading models", extra={"event": "model_load"})
-                self._models = DemoModels.load(self.config)
+                log.info("loading models")
+                with model_load(
+                    model=EMBED_MODEL_NAME,
+                    version=self.config.model_version,
+                    registry=self.registry,
+                ):
+                    self._models = DemoModels.load(self.config)
                 self._models.warm_up()
                 self.ready = True
             return self._models
@@ -121,14 +133,37 @@ class DemoService:
     def models_loaded(self) -> bool:
         return self._models is not None
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the served tokenizer (the input guard's callback)."""
+        return self.models().count_tokens(text)
+
+    async def probe(self) -> None:
+        """The readiness probe: a one-text embedding through the worker pool.
+
+        Going through the pool is the point: stuck workers fail readiness.
+        """
+        models = self._models
+        if models is None:
+            raise ServiceError("models are not loaded")
+        await self.run(lambda: models.embed(["ping"]))
+
+    def gpu_memory(self) -> tuple[int, int] | None:
+        gpu = self.gpu
+        return None if gpu is None else gpu.memory()
+
+    def dependencies(self) -> dict[str, Callable[[], Any]]:
+        if self.cache.backend.name == "redis":
+            return {"redis": self.cache.ping}
+        return {}
+
     # --- the pool -------------------------------------------------------------------------
     @property
     def queue_length(self) -> int:
-        return self._waiting
+        return self.pool.waiting
 
     @property
     def active_workers(self) -> int:
-        return self._running
+        return self.pool.active
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on a worker; refuse at once when the bounded queue is full."""
@@ -136,31 +171,14 @@ class DemoService:
         return await asyncio.wrap_future(future)
 
     def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        if not self._slots.acquire(blocking=False):
-            raise QueueFullError(
-                f"model queue full ({self.config.queue_size} waiting, "
-                f"{self.config.workers} workers busy)"
-            )
-        with self._counts_lock:
-            self._waiting += 1
+        # the copied context carries the request id and state into the worker's logs
+        ctx = contextvars.copy_context()
         try:
-            return self.pool.submit(self._execute, fn)
+            return self.pool.submit(ctx.run, fn)
+        except PoolSaturated as exc:
+            raise QueueFullError(str(exc)) from None
         except RuntimeError:
-            self._slots.release()
-            with self._counts_lock:
-                self._waiting -= 1
             raise ServiceError("the demo service is shutting down") from None
-
-    def _execute(self, fn: Callable[[], T]) -> T:
-        with self._counts_lock:
-            self._waiting -= 1
-            self._running += 1
-        try:
-            return fn()
-        finally:
-            with self._counts_lock:
-                self._running -= 1
-            self._slots.release()
 
     # --- model work (runs on a worker) --------------------------------------------------
     def embed_sync(self, texts: list[str]) -> tuple[list[list[float]], int, float]:
@@ -168,14 +186,21 @@ class DemoService:
         tokens = sum(models.count_tokens(t) for t in texts)
         nbytes = max(1, tokens) * self.config.sim_kv_bytes_per_token // 4
         gpu = self._gpu()
-        gpu.reserve(nbytes)
-        started = time.perf_counter()
-        try:
-            vectors = models.embed(texts)
-        finally:
-            spent = time.perf_counter() - started
-            gpu.busy(spent)
-            gpu.release(nbytes)
+        with inference(
+            model=EMBED_MODEL_NAME,
+            version=self.config.model_version,
+            device=models.device,
+            input_tokens=tokens,
+            registry=self.registry,
+        ):
+            gpu.reserve(nbytes)
+            started = time.perf_counter()
+            try:
+                vectors = models.embed(texts)
+            finally:
+                spent = time.perf_counter() - started
+                gpu.busy(spent)
+                gpu.release(nbytes)
         return vectors, tokens, spent
 
     def generate_sync(
@@ -188,6 +213,37 @@ class DemoService:
         abort: threading.Event,
     ) -> GenerationResult:
         models = self.models()
+        with inference(
+            model=LM_MODEL_ID,
+            version=self.config.model_version,
+            device=models.device,
+            input_tokens=len(prompt_ids),
+            max_new_tokens=max_tokens,
+            registry=self.registry,
+        ) as call:
+            # the abort hook: a deadline or a disconnect stops the loop at the next token,
+            # unless the no_abort_timeouts fault is on (then only the await is cancelled)
+            call.on_abort(lambda reason: abort.set() if self.aborts_on_timeout else None)
+
+            def counted(token: int, piece: str) -> None:
+                if not call.aborted:
+                    call.token()
+                on_token(token, piece)
+
+            result = self._generate(models, prompt_ids, max_tokens, seed, counted, abort)
+            if result.aborted:
+                call.check()  # counts the abort (model_aborts_total) and raises
+            return result
+
+    def _generate(
+        self,
+        models: DemoModels,
+        prompt_ids: list[int],
+        max_tokens: int,
+        seed: int,
+        on_token: Callable[[int, str], None],
+        abort: threading.Event,
+    ) -> GenerationResult:
         gpu = self._gpu()
         nbytes = (len(prompt_ids) + max_tokens) * self.config.sim_kv_bytes_per_token
         gpu.reserve(nbytes)  # the KV cache this request will need, as an engine reserves it
@@ -255,16 +311,13 @@ class DemoService:
         self._stuck.clear()
         count = int(params.get("workers") or 0) or self.config.workers
         for _ in range(count):
-            self.pool.submit(self._block_worker)
+            try:
+                self.pool.submit(self._block_worker)
+            except PoolSaturated:
+                break  # the pool is already full: stuck enough
 
     def _block_worker(self) -> None:
-        with self._counts_lock:
-            self._running += 1
-        try:
-            self._stuck.wait(timeout=3600)
-        finally:
-            with self._counts_lock:
-                self._running -= 1
+        self._stuck.wait(timeout=3600)
 
     def _on_cold_start(self, on: bool, params: dict[str, float]) -> None:
         if on:
@@ -288,8 +341,8 @@ class DemoService:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "queue_length": self._waiting,
-            "active_workers": self._running,
+            "queue_length": self.pool.waiting,
+            "active_workers": self.pool.active,
             "workers": self.config.workers,
             "models_loaded": self.models_loaded,
             "cache": self.cache.backend.name,

@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-size", type=int, default=None)
     p.add_argument("--cache-ttl", type=float, default=None)
     p.add_argument("--request-timeout", type=float, default=None)
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-file", type=Path, default=None, help="JSON lines log (aivitals loggers)")
+    p.add_argument("--log-level", default="warning", help="uvicorn's own log level")
     return p
 
 
@@ -53,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache_ttl=args.cache_ttl,
             request_timeout=args.request_timeout,
         )
+        if args.log_file is not None:
+            from ..instrument import configure_logging
+
+            configure_logging(args.log_file, static_fields={"service": "aivitals-demo"})
         app = create_app(config)
     except AivitalsError as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
