@@ -78,7 +78,7 @@ class HostCollector(BaseCollector):
             except (OSError, ValueError, IndexError) as exc:
                 failed += 1
                 self.count_error(f"{section}_{reason_of(exc)}")
-        if failed == len(self._sections):
+        if failed and not out:
             raise CollectorError(f"no host source under {self.proc} was readable")
         return out
 

@@ -31,7 +31,7 @@ __all__ = ["DmesgSource", "KernelLogCollector", "KernelRecord", "KmsgSource", "c
 _KMSG_RECORD = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_LINE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 _XID = re.compile(
-    r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, name=([^,]*))?"
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)(?:, pid=(\d+|'<unknown>'))?(?:, name=([^,]*))?"
 )
 _OOM = re.compile(r"[Oo]ut of memory: Kill(?:ed)? process (\d+) \(([^)]*)\)")
 _HUNG = re.compile(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from aivitals.collect import Scraper, translate_exposition
+from aivitals.errors import ConfigError
+from tests._servers import free_port
+
+VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 3.0
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.5
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-x"} 1024 1700000000000
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1"} 4
+vllm:time_to_first_token_seconds_bucket{le="+Inf"} 5
+vllm:time_to_first_token_seconds_sum 0.9
+vllm:time_to_first_token_seconds_count 5
+my_own_metric{a="b"} 7
+"""
+MB = 1024 * 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    sent: dict[str, int] = {}
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _body(self, body: bytes, status: int = 200, length: int | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path
+        if path == "/ok":
+            self._body(VLLM.encode())
+        elif path == "/garbage":
+            self._body(b"this is {{ not an exposition\n\x00\x01")
+        elif path == "/notutf8":
+            self._body(b"metric 1\n\xff\xfe\n")
+        elif path == "/truncated":
+            self._body(b"metric_a 1\nmetric_b{x=", length=1000)
+        elif path == "/status500":
+            self._body(b"boom", status=500)
+        elif path == "/hang":
+            time.sleep(5)  # never answers within the scrape timeout
+        elif path == "/huge-declared":
+            self.send_response(200)
+            self.send_header("Content-Length", str(100 * MB))
+            self.end_headers()
+            self.wfile.write(b"# a 100 MB body that is never read\n")
+        elif path == "/huge-stream":
+            self.send_response(200)
+            self.end_headers()  # no length: read until the server closes
+            line = b'big_metric{i="%d"} 1\n'
+            chunk = b"".join(line % i for i in range(40_000))
+            sent = 0
+            try:
+                while sent < 100 * MB:
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass  # the scraper hung up: what we want
+            _Handler.sent["huge"] = sent
+            self.close_connection = True
+
+
+@contextmanager
+def server() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_translate_exposition_applies_aliases() -> None:
+    text, samples = translate_exposition(VLLM)
+    assert samples == 8
+    lines = text.splitlines()
+    assert 'queue_length{model_name="m",queue="engine"} 3.0' in lines
+    assert "# TYPE queue_length gauge" in lines
+    assert 'kv_cache_usage_ratio{model_name="m"} 0.5' in lines
+    # DCGM reports MiB; ours is bytes. The timestamp stays.
+    assert 'gpu_memory_used_bytes{gpu="0",UUID="GPU-x"} 1073741824.0 1700000000000' in lines
+    assert 'model_time_to_first_token_seconds_bucket{le="0.1"} 4' in lines
+    assert "model_time_to_first_token_seconds_count 5" in lines
+    assert 'my_own_metric{a="b"} 7' in lines
+
+
+def test_translate_leaves_plain_text_alone() -> None:
+    text = 'a_metric{x="1"} 2\n# HELP a_metric help\n'
+    assert translate_exposition(text) == (text, 1)
+
+
+def test_scrape_ok_is_translated() -> None:
+    with server() as base:
+        scraper = Scraper(base + "/ok", job="vllm")
+        result = scraper.fetch()
+    assert result.ok and result.reason == "" and result.samples == 8
+    assert result.text is not None and "queue_length{" in result.text
+    health = {s.name: s for s in scraper.health_samples(result, {})}
+    assert health["up"].value == 1 and health["up"].labels == {
+        "job": "vllm",
+        "instance": base.removeprefix("http://"),
+    }
+    assert health["aivitals_scrape_samples"].value == 8
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/status500", "http_status"),
+        ("/truncated", "parse"),
+        ("/notutf8", "parse"),
+        ("/huge-declared", "too_large"),
+    ],
+)
+def test_bad_targets_fail_with_a_reason(path: str, reason: str) -> None:
+    with server() as base:
+        result = Scraper(base + path, timeout=3.0, max_bytes=10 * MB).fetch()
+    assert not result.ok and result.reason == reason
+
+
+def test_huge_stream_is_refused_without_reading_it_all() -> None:
+    with server() as base:
+        result = Scraper(base + "/huge-stream", timeout=10.0, max_bytes=4 * MB).fetch()
+        deadline = time.monotonic() + 10
+        while "huge" not in _Handler.sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert result.reason == "too_large"
+    assert result.nbytes <= 4 * MB + 64 * 1024
+    assert _Handler.sent["huge"] < 100 * MB  # the server was cut off long before 100 MB
+
+
+def test_target_that_never_answers_times_out() -> None:
+    with server() as base:
+        start = time.monotonic()
+        result = Scraper(base + "/hang", timeout=0.5).fetch()
+        assert time.monotonic() - start < 3
+    assert result.reason == "timeout"
+
+
+def test_refused() -> None:
+    result = Scraper(f"http://127.0.0.1:{free_port()}/metrics", timeout=2.0).fetch()
+    assert result.reason == "refused"
+
+
+def test_garbage_is_fetched_and_left_to_the_parser() -> None:
+    # The scraper passes text on; the store's parser refuses it (see the agent tests).
+    with server() as base:
+        result = Scraper(base + "/garbage").fetch()
+    assert result.ok
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        ({"url": "ftp://x/metrics"}, "url"),
+        ({"url": "http:///metrics"}, "url"),
+        ({"url": "http://x/metrics", "timeout": 0}, "timeout"),
+        ({"url": "http://x/metrics", "max_bytes": 0}, "max_bytes"),
+    ],
+)
+def test_bad_config(kwargs: dict[str, object], word: str) -> None:
+    url = kwargs.pop("url")
+    with pytest.raises(ConfigError, match=word):
+        Scraper(str(url), **kwargs)  # type: ignore[arg-type]
