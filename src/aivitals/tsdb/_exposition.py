@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ExpositionError
 from ._series import Labels, label_key
 
-__all__ = ["ExpositionParser", "Row", "parse_reference"]
+__all__ = ["Entry", "EntryRow", "ExpositionParser", "Row", "parse_reference"]
 
 #: One parsed sample: canonical labels (with ``__name__``), value, timestamp in ms or None.
 Row = tuple[Labels, float, int | None]
@@ -97,67 +96,94 @@ def _parse_value(text: str) -> float:
         return word
 
 
-@dataclass
+class Entry:
+    """A parsed series key: its labels and, once the store has seen it, its series."""
+
+    __slots__ = ("labels", "series")
+
+    def __init__(self, labels: Labels) -> None:
+        self.labels = labels
+        self.series: Any = None
+
+
+#: One parsed sample as the store consumes it.
+EntryRow = tuple[Entry, float, int | None]
+
+
 class ExpositionParser:
     """A reusable parser; keep one per scrape target so its key cache stays warm.
 
+    ``extra`` labels are merged into every series (an exposed label of the
+    same name is kept as ``exported_<name>``, as Prometheus does).
+
     ::
 
-        rows = ExpositionParser().parse('up{job="a"} 1\\n')
+        rows = ExpositionParser().parse('up{job="a"} 1\n')
     """
 
-    _cache: dict[str, Labels] = field(default_factory=dict)
+    def __init__(self, extra: Labels = ()) -> None:
+        self.extra = extra
+        self._cache: dict[str, Entry] = {}
 
     def parse(self, text: str) -> list[Row]:
         """All samples of ``text``; raises ``ExpositionError`` naming the bad line."""
-        if _is_openmetrics(text):
-            return parse_reference(text, openmetrics=True)
-        try:
-            return self._fast(text)
-        except _Unusual as unusual:
-            try:
-                return parse_reference(text, openmetrics=False)
-            except ExpositionError as exc:
-                raise ExpositionError(f"{exc}; first unusual line: {unusual.line!r}") from exc
+        return [(e.labels, v, t) for e, v, t in self.parse_entries(text)]
 
-    def _fast(self, text: str) -> list[Row]:
+    def parse_entries(self, text: str) -> list[EntryRow]:
+        if _is_openmetrics(text):
+            rows = parse_reference(text, openmetrics=True)
+        else:
+            try:
+                return self._fast(text)
+            except _Unusual as unusual:
+                try:
+                    rows = parse_reference(text, openmetrics=False)
+                except ExpositionError as exc:
+                    msg = f"{exc}; first unusual line: {unusual.line!r}"
+                    raise ExpositionError(msg) from exc
+        return [(Entry(self._merge(labels)), v, t) for labels, v, t in rows]
+
+    def _merge(self, labels: Labels) -> Labels:
+        if not self.extra:
+            return labels
+        merged = dict(labels)
+        for k, v in self.extra:
+            if k in merged and k != "__name__":
+                merged[f"exported_{k}"] = merged[k]
+            merged[k] = v
+        return label_key(merged)
+
+    def _fast(self, text: str) -> list[EntryRow]:
         cache = self._cache
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
-        rows: list[Row] = []
+        rows: list[EntryRow] = []
         append = rows.append
-        for line in text.split("\n"):
-            try:
-                self._line(line, cache, append)
-            except _Unusual as exc:
-                raise _Unusual(line) from exc
+        line = ""
+        try:
+            for line in text.split("\n"):
+                if not line or line[0] == "#" or line.isspace():
+                    if line.startswith("# EOF"):
+                        raise _Unusual
+                    continue
+                close = line.rfind("}")
+                if close >= 0:
+                    key, rest = line[: close + 1], line[close + 1 :].split()
+                else:
+                    key, *rest = line.split()
+                entry = cache.get(key)
+                if entry is None:
+                    entry = Entry(self._merge(_parse_key(key)))
+                    cache[key] = entry
+                if len(rest) == 1:
+                    append((entry, _parse_value(rest[0]), None))
+                elif len(rest) == 2 and rest[1].lstrip("-").isdigit():
+                    append((entry, _parse_value(rest[0]), int(rest[1])))
+                else:
+                    raise _Unusual
+        except _Unusual:
+            raise _Unusual(line) from None
         return rows
-
-    def _line(self, line: str, cache: dict[str, Labels], append: Callable[[Row], None]) -> None:
-        if not line or line[0] == "#" or line.isspace():
-            if line.startswith("#") and not _is_plain_comment(line):
-                raise _Unusual
-            return
-        close = line.rfind("}")
-        if close >= 0:
-            key, rest = line[: close + 1], line[close + 1 :].split()
-        else:
-            key, *rest = line.split()
-        labels = cache.get(key)
-        if labels is None:
-            labels = _parse_key(key)
-            cache[key] = labels
-        if len(rest) == 1:
-            append((labels, _parse_value(rest[0]), None))
-        elif len(rest) == 2 and rest[1].lstrip("-").isdigit():
-            append((labels, _parse_value(rest[0]), int(rest[1])))
-        else:
-            raise _Unusual
-
-
-def _is_plain_comment(line: str) -> bool:
-    # HELP/TYPE lines and free comments carry no samples in the text format.
-    return not line.startswith("# EOF")
 
 
 def _is_openmetrics(text: str) -> bool:

@@ -43,7 +43,7 @@ def label_key(labels: dict[str, str] | tuple[tuple[str, str], ...]) -> Labels:
 class Series:
     """The samples of one series, oldest first, in two parallel arrays."""
 
-    __slots__ = ("id", "labels", "name", "start", "ts", "vals")
+    __slots__ = ("dead", "id", "labels", "name", "start", "ts", "vals")
 
     def __init__(self, sid: int, labels: Labels) -> None:
         self.id = sid
@@ -52,6 +52,7 @@ class Series:
         self.ts = array("q")
         self.vals = array("d")
         self.start = 0
+        self.dead = False  # set when the store drops it; parsers' caches then refetch
 
     def __len__(self) -> int:
         return len(self.ts) - self.start

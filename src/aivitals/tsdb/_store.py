@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CardinalityLimitError, ConfigError, SampleRejected
-from ._exposition import ExpositionParser, Row
+from ._exposition import EntryRow, ExpositionParser, Row
 from ._series import STALE_NAN, Labels, Series, label_key
 from ._types import QueryResult
 
@@ -101,9 +101,8 @@ class Store:
         self._next_id = 0
         self._newest_ms = -(2**62)
         self._since_gc = 0
-        self._parsers: dict[str | None, ExpositionParser] = {}
-        self._targets: dict[str, set[Labels]] = {}
-        self._extra_cache: dict[tuple[Labels, Labels], Labels] = {}
+        self._parsers: dict[tuple[str | None, Labels], ExpositionParser] = {}
+        self._targets: dict[str, set[Series]] = {}
         self._regex_cache: dict[str, re.Pattern[str]] = {}
         self._counts: dict[str, int] = {
             "appended": 0,
@@ -176,32 +175,48 @@ class Store:
             store.ingest_exposition(text, timestamp=time.time(), target="api:8000")
         """
         t_ms = _to_ms(timestamp)
+        extra = label_key(dict(extra_labels)) if extra_labels else ()
         with self._lock:
-            parser = self._parsers.setdefault(target, ExpositionParser())
-        rows = parser.parse(text)
-        if extra_labels:
-            extra = label_key(dict(extra_labels))
-            rows = [(self._with_extra(lb, extra), v, t) for lb, v, t in rows]
+            parser = self._parsers.get((target, extra))
+            if parser is None:
+                parser = self._parsers[(target, extra)] = ExpositionParser(extra)
+        entries = parser.parse_entries(text)
         with self._lock:
-            stats = self._append_rows(rows, t_ms)
+            stats, seen = self._append_entries(entries, t_ms)
             if target is not None:
-                self._mark_stale(target, {r[0] for r in rows}, t_ms, stats)
+                self._mark_stale(target, seen, t_ms, stats)
         return stats
 
-    def _with_extra(self, labels: Labels, extra: Labels) -> Labels:
-        cached = self._extra_cache.get((labels, extra))
-        if cached is not None:
-            return cached
-        merged = dict(labels)
-        for k, v in extra:
-            if k in merged and k != "__name__":
-                merged[f"exported_{k}"] = merged[k]
-            merged[k] = v
-        out = label_key(merged)
-        if len(self._extra_cache) > 200_000:
-            self._extra_cache.clear()
-        self._extra_cache[(labels, extra)] = out
-        return out
+    def _append_entries(
+        self, entries: Sequence[EntryRow], default_ms: int
+    ) -> tuple[AppendStats, set[Series]]:
+        stats = AppendStats()
+        seen: set[Series] = set()
+        created = self._counts["series_created"]
+        newest = default_ms
+        for entry, value, t_ms in entries:
+            series = entry.series
+            if series is None or series.dead:
+                series = entry.series = self._get_or_create(entry.labels)
+                if series is None:
+                    stats._reject("cardinality_limit")
+                    continue
+            seen.add(series)
+            t = default_ms if t_ms is None else t_ms
+            ts = series.ts
+            if len(ts) > series.start and t <= ts[-1]:
+                stats._reject("duplicate" if t == ts[-1] else "out_of_order")
+                continue
+            ts.append(t)
+            series.vals.append(value)
+            stats.appended += 1
+            if t > newest:
+                newest = t
+        stats.series_created = self._counts["series_created"] - created
+        for reason, n in stats.rejected.items():
+            self._count_reject(reason, n)
+        self._stored(newest, stats.appended)
+        return stats, seen
 
     def _append_rows(self, rows: Sequence[Row], default_ms: int) -> AppendStats:
         stats = AppendStats()
@@ -229,11 +244,10 @@ class Store:
             self._stored(newest, stats.appended)
         return stats
 
-    def _mark_stale(self, target: str, seen: set[Labels], t_ms: int, stats: AppendStats) -> None:
+    def _mark_stale(self, target: str, seen: set[Series], t_ms: int, stats: AppendStats) -> None:
         previous = self._targets.get(target, set())
-        for labels in previous - seen:
-            series = self._series.get(labels)
-            if series is not None and series.append(t_ms, STALE_NAN) is None:
+        for series in previous - seen:
+            if not series.dead and series.append(t_ms, STALE_NAN) is None:
                 stats.stale_markers += 1
         self._counts["stale_markers"] += stats.stale_markers
         self._targets[target] = seen
@@ -280,7 +294,7 @@ class Store:
             return dropped
 
     def _remove(self, labels: Labels) -> None:
-        del self._series[labels]
+        self._series.pop(labels).dead = True
         for k, v in labels:
             values = self._postings[k]
             values[v].discard(labels)
