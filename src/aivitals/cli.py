@@ -35,6 +35,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "capacity",
         "Sweep concurrency and report the knee where P95 jumps.",
     ),
+    "chaos": (
+        "aivitals.chaos._cli",
+        "chaos",
+        "Inject real faults (list, run, cleanup) with guaranteed revert.",
+    ),
     "agent": (
         "aivitals.agent._cli",
         "agent",

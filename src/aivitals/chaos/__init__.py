@@ -1,1 +1,41 @@
-"""aivitals.chaos"""
+"""aivitals.chaos: real faults with a bounded duration and a guaranteed revert.
+
+Every fault touches only what its run created (loopback, its own network
+namespaces and nftables tables, its own temp files and processes) and writes
+each resource to the run's journal before creating it, so a crashed runner is
+cleaned by ``aivitals chaos cleanup`` or the next run.
+
+**Usage**::
+
+    from aivitals.chaos import ChaosRunner, FaultContext
+    with ChaosRunner(FaultContext(target="http://127.0.0.1:8000")) as runner:
+        runner.start("cpu_burn", duration=30)
+        ...
+"""
+
+from __future__ import annotations
+
+from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param
+from ._journal import CleanupReport, Journal, RunDir, cleanup, default_root
+from ._registry import FAULTS, get_fault
+from ._runner import ActiveFault, ChaosRunner
+from ._table import FAULT_TABLE, FaultInfo
+
+__all__ = [
+    "DEFAULT_MAX_DURATION",
+    "FAULTS",
+    "FAULT_TABLE",
+    "ActiveFault",
+    "ChaosRunner",
+    "CleanupReport",
+    "Fault",
+    "FaultContext",
+    "FaultEffect",
+    "FaultInfo",
+    "Journal",
+    "Param",
+    "RunDir",
+    "cleanup",
+    "default_root",
+    "get_fault",
+]

@@ -1,0 +1,113 @@
+"""GPU faults on the SIMULATED device (``SimGPU``): Xid, a co-tenant, OOM.
+
+On a machine with a real GPU the same scenarios run through the service's
+own code (in-process faults) and real torch; these three act on the sim
+device that the demo service, the agent and this runner share through its
+state directory.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ..load import completions_request, make_prompt
+from ._clients import client_load
+from ._fault import Fault, FaultContext, FaultEffect
+
+__all__ = ["GpuCotenant", "GpuOOM", "GpuXid"]
+
+
+def _sim(ctx: FaultContext):  # type: ignore[no-untyped-def]
+    from ..collect.gpu import SimGPU
+
+    return SimGPU(Path(ctx.require("sim_gpu_dir")))
+
+
+class GpuXid(Fault):
+    """An Xid (``code``, default 79: GPU has fallen off the bus) on the sim GPU,
+    attributed to the service's pid, repeated every ``interval`` seconds (0: once)."""
+
+    name = "gpu_xid"
+    params = {"code": (79, 1, 200), "interval": (0, 0, 3600)}
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        sim = _sim(ctx)
+        code = int(self.values["code"])
+        sim.inject_xid(ctx.gpu, code, ctx.service_pid)
+        interval = self.values["interval"]
+        if interval > 0:
+
+            def repeat() -> None:
+                while not self._stopped.wait(interval):
+                    sim.inject_xid(ctx.gpu, code, ctx.service_pid)
+
+            threading.Thread(target=repeat, name="aivitals-xid", daemon=True).start()
+        # An Xid is an event, not a state: there is nothing to revert.
+        return FaultEffect(client_url=ctx.target, details={"xid": code, "gpu": ctx.gpu})
+
+
+class GpuCotenant(Fault):
+    """Another process takes ``share`` of the sim GPU's memory for ``on_seconds``
+    of every ``period_seconds`` (an offline batch job), keeping the SMs busy."""
+
+    name = "gpu_cotenant"
+    params = {
+        "share": (0.6, 0.01, 1.0),
+        "period_seconds": (10, 1, 3600),
+        "on_seconds": (5, 0.5, 3600),
+    }
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        state_dir = str(ctx.require("sim_gpu_dir"))
+        _sim(ctx)  # make sure the device exists before the helper uses it
+        pid = self.helper(
+            "cotenant",
+            "gpu_cotenant",
+            state_dir=state_dir,
+            gpu=ctx.gpu,
+            share=self.values["share"],
+            on_seconds=self.values["on_seconds"],
+            period_seconds=self.values["period_seconds"],
+        )
+        # The sim releases a dead process's memory; the entry frees it explicitly too.
+        self.record("sim_alloc", state_dir=state_dir, gpu=ctx.gpu, pid=pid, nbytes=2**62)
+        return FaultEffect(client_url=ctx.target, details={"pid": pid})
+
+
+class GpuOOM(Fault):
+    """Over-long inputs whose KV-cache reservation no longer fits.
+
+    A client sends prompts of ``prompt_tokens`` with ``max_tokens`` to
+    ``/v1/completions`` at ``concurrency``. With ``fill`` > 0 the service's own
+    GPU account first holds that share of the free sim memory (what allocator
+    fragmentation and cached blocks do on a long-running server), so the long
+    requests fail with CUDA OOM while short ones still fit.
+    """
+
+    name = "gpu_oom"
+    params = {
+        "prompt_tokens": (480, 16, 100_000),
+        "max_tokens": (256, 1, 100_000),
+        "concurrency": (8, 1, 256),
+        "fill": (0.97, 0, 0.999),
+    }
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        fill = self.values["fill"]
+        held = 0
+        if fill > 0:
+            sim = _sim(ctx)
+            pid = int(ctx.require("service_pid"))
+            held = int(sim.device(ctx.gpu).memory_free * fill)
+            self.record(
+                "sim_alloc", state_dir=str(ctx.sim_gpu_dir), gpu=ctx.gpu, pid=pid, nbytes=held
+            )
+            sim.allocate(pid, held, gpu=ctx.gpu, tag="chaos-fragmentation")
+        spec = completions_request(
+            make_prompt(int(self.values["prompt_tokens"])),
+            int(self.values["max_tokens"]),
+            stream=False,
+        )
+        client = client_load(self, ctx, [spec], concurrency=int(self.values["concurrency"]))
+        return FaultEffect(client_url=ctx.target, details={"held_bytes": held, "pid": client})

@@ -1,0 +1,125 @@
+"""Helper processes a fault starts, and how they are ended for sure.
+
+Every helper runs in its own session (its pid is its process group), carries
+``AIVITALS_CHAOS_RUN=<run id>`` in its environment (inherited by whatever it
+forks, e.g. stress-ng workers) and has a deadline of its own. Ending one
+checks the start time recorded with the pid, so a recycled pid is never hit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+__all__ = ["RUN_ENV", "kill_run_processes", "kill_tree", "python_helper", "spawn", "start_time"]
+
+RUN_ENV = "AIVITALS_CHAOS_RUN"
+
+
+def start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def spawn(
+    argv: Sequence[str], *, run_id: str, log: Path | None = None, netns: str | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session with the run's marker in its environment."""
+    env = dict(os.environ, **{RUN_ENV: run_id})
+    if netns is not None:
+        argv = ["ip", "netns", "exec", netns, *argv]
+    out = log.open("ab") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        if log is not None and not isinstance(out, int):
+            out.close()
+
+
+def python_helper(kind: str, args: str) -> list[str]:
+    """argv that runs one of this package's helpers in a fresh interpreter."""
+    return [sys.executable, "-m", "aivitals.chaos._helpers", kind, args]
+
+
+def _same(proc: psutil.Process, started: float | None) -> bool:
+    try:
+        return started is None or abs(proc.create_time() - started) < 0.05
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_tree(pid: int, started: float | None, *, grace: float = 3.0) -> bool:
+    """SIGTERM the process, its group and its descendants; SIGKILL what is left
+    after ``grace`` seconds. False when the pid is gone or belongs to someone else."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return False
+    if not _same(root, started):
+        return False
+    procs = [root, *root.children(recursive=True)]
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _signal_all(procs, signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    if alive:
+        _signal_all(alive, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=grace)
+    _reap(pid)
+    return True
+
+
+def _signal_all(procs: Sequence[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _reap(pid: int) -> None:
+    # A helper started by this very process becomes a zombie until waited for.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def kill_run_processes(run_id: str) -> list[int]:
+    """End every process carrying this run's marker (what a crash left unrecorded)."""
+    killed: list[int] = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(RUN_ENV) != run_id:
+                continue
+            proc.kill()
+            killed.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    if killed:
+        time.sleep(0.05)
+        for pid in killed:
+            _reap(pid)
+    return killed

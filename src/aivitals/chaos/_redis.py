@@ -1,0 +1,109 @@
+"""Faults on the run's own Redis (the service's cache): down, and a stampede."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+
+import psutil
+
+from ..errors import FaultError, FaultRefused
+from ._fault import Fault, FaultContext, FaultEffect
+from ._procs import kill_tree, start_time
+
+__all__ = ["CacheStampede", "RedisDown", "redis_command"]
+
+
+def redis_command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """Send one command in RESP to 127.0.0.1:port and return the raw first reply."""
+    payload = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload.encode())
+        return s.recv(65536)
+
+
+def _nft(ruleset: str) -> None:
+    r = subprocess.run(
+        ["nft", "-f", "-"], input=ruleset, capture_output=True, text=True, timeout=15, check=False
+    )
+    if r.returncode != 0:
+        raise FaultError(f"nft: {r.stderr.strip()}")
+
+
+class RedisDown(Fault):
+    """The service's Redis becomes unreachable.
+
+    ``method`` 0 (``block``, the default): the run's own nftables table in the
+    host namespace answers TCP to the Redis port on loopback with a reset, so
+    clients see "connection refused/reset" while the redis-server process, which
+    belongs to whoever started it, is left alone; revert deletes the table.
+    ``method`` 1 (``kill``): the redis-server (``redis_pid``) is terminated and
+    restarted with its recorded command line on stop; the restarted process is
+    no longer the starter's child, so use it only where nothing else will stop
+    that Redis.
+    """
+
+    name = "redis_down"
+    params = {"method": (0, 0, 1)}
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        port = int(ctx.require("redis_port"))
+        if self.values["method"] == 0:
+            return self._block(ctx, port)
+        return self._kill(ctx, port)
+
+    def _block(self, ctx: FaultContext, port: int) -> FaultEffect:
+        assert self.run is not None
+        table = f"aivitals_redis_{self.run.run_id[-6:]}"
+        self.record("nft_table", family="inet", name=table, netns=None)
+        _nft(
+            f"table inet {table} {{\n"
+            " chain c_out { type filter hook output priority 0; policy accept;\n"
+            f'  oifname "lo" tcp dport {port} reject with tcp reset\n }}\n}}\n'
+        )
+        return FaultEffect(client_url=ctx.target, details={"method": "block", "table": table})
+
+    def _kill(self, ctx: FaultContext, port: int) -> FaultEffect:
+        pid = int(ctx.require("redis_pid"))
+        try:
+            proc = psutil.Process(pid)
+            argv, cwd = proc.cmdline(), proc.cwd()
+        except psutil.Error as exc:
+            raise FaultRefused(f"redis_pid {pid}: {exc}") from exc
+        if not any("redis" in a for a in argv[:1]):
+            raise FaultRefused(f"redis_pid {pid} is not a redis-server ({argv[:1]})")
+        self.record("restart", argv=argv, cwd=cwd, port=port)
+        # Revert runs newest first: the restart entry comes after the kill.
+        kill_tree(pid, start_time(pid))
+        return FaultEffect(client_url=ctx.target, details={"method": "kill", "argv": argv})
+
+
+class CacheStampede(Fault):
+    """Every key of the service's Redis expires at once (``FLUSHALL``), again
+    every ``interval`` seconds while the load goes on."""
+
+    name = "cache_stampede"
+    params = {"interval": (5, 0.5, 3600)}
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        port = int(ctx.require("redis_port"))
+        flushed = [self._flush(port)]
+
+        def loop() -> None:
+            while not self._stopped.wait(self.values["interval"]):
+                try:
+                    flushed.append(self._flush(port))
+                except OSError:
+                    continue
+
+        threading.Thread(target=loop, name="aivitals-stampede", daemon=True).start()
+        return FaultEffect(client_url=ctx.target, details={"flushes": flushed})
+
+    @staticmethod
+    def _flush(port: int) -> int:
+        keys = redis_command(port, "DBSIZE")
+        reply = redis_command(port, "FLUSHALL")
+        if not reply.startswith(b"+OK"):
+            raise FaultError(f"FLUSHALL on redis port {port}: {reply[:100]!r}")
+        return int(keys[1:].strip() or 0) if keys.startswith(b":") else 0
