@@ -85,8 +85,8 @@ def _parse_key(key: str) -> Labels:
 
 
 def _parse_value(text: str) -> float:
-    if "_" in text:
-        raise _Unusual  # Python's float() accepts 1_000; Prometheus does not
+    if "_" in text:  # Python's float() accepts 1_000; Prometheus does not
+        raise ExpositionError(f"invalid value {text!r}")
     try:
         return float(text)
     except ValueError:
@@ -179,10 +179,14 @@ class ExpositionParser:
                     append((entry, _parse_value(rest[0]), None))
                 elif len(rest) == 2 and rest[1].lstrip("-").isdigit():
                     append((entry, _parse_value(rest[0]), int(rest[1])))
+                elif len(rest) == 2:
+                    raise ExpositionError(f"invalid timestamp {rest[1]!r}")
                 else:
-                    raise _Unusual
+                    raise ExpositionError("expected 'name{labels} value [timestamp]'")
         except _Unusual:
             raise _Unusual(line) from None
+        except ExpositionError as exc:
+            raise ExpositionError(f"malformed exposition line {line!r}: {exc}") from None
         return rows
 
 

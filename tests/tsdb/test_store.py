@@ -1,0 +1,247 @@
+"""The store: appends, refusals, staleness, retention, limits, snapshots, threads."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import pytest
+
+from aivitals.errors import (
+    CardinalityLimitError,
+    ConfigError,
+    ExpositionError,
+    SampleRejected,
+    StoreError,
+)
+from aivitals.signals import Sample
+from aivitals.tsdb import Backend, Store
+from aivitals.tsdb._series import STALE_NAN, is_stale
+
+T = 1_700_000_000.0
+
+
+def test_store_satisfies_backend_protocol() -> None:
+    assert isinstance(Store(), Backend)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"retention": 0}, "retention"),
+        ({"retention": -5.0}, "retention"),
+        ({"retention": math.inf}, "retention"),
+        ({"max_series": 0}, "max_series"),
+        ({"max_series": 1.5}, "max_series"),
+    ],
+)
+def test_bad_config_names_the_key(kwargs: dict[str, float], key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        Store(**kwargs)  # type: ignore[arg-type]
+
+
+def test_append_then_query_selector() -> None:
+    store = Store()
+    store.append("up", {"job": "api"}, 1.0, T)
+    store.append("up", {"job": "db"}, 0.0, T)
+    result = store.query('up{job="api"}', T + 10)
+    assert result.type == "vector"
+    assert [(dict(s.labels), s.value) for s in result.vector] == [
+        ({"__name__": "up", "job": "api"}, 1.0)
+    ]
+
+
+def test_out_of_order_and_duplicate_are_rejected_and_counted() -> None:
+    store = Store()
+    store.append("x", {}, 1.0, T)
+    with pytest.raises(SampleRejected, match="duplicate"):
+        store.append("x", {}, 2.0, T)
+    with pytest.raises(SampleRejected, match="out_of_order"):
+        store.append("x", {}, 3.0, T - 1)
+    assert store.stats()["rejected"] == {"duplicate": 1, "out_of_order": 1}
+    assert store.query("x", T).values() == [1.0]  # what was stored is kept
+
+
+def test_append_samples_counts_instead_of_raising() -> None:
+    store = Store()
+    samples = [
+        Sample("x", {"a": "1"}, 1.0, T),
+        Sample("x", {"a": "1"}, 2.0, T),  # duplicate
+        Sample("x", {"a": "1"}, 3.0, T - 5),  # out of order
+        Sample("x", {"a": "2"}, 4.0),  # default timestamp
+        Sample("x", {"a": "3"}, 5.0, math.nan),  # bad timestamp
+    ]
+    stats = store.append_samples(samples, default_timestamp=T + 1)
+    assert stats.appended == 2
+    assert stats.rejected == {"duplicate": 1, "out_of_order": 1, "bad_timestamp": 1}
+    assert stats.series_created == 2
+    assert sorted(store.query("x", T + 1).values()) == [1.0, 4.0]
+
+
+def test_nan_and_infinities_are_stored_as_values() -> None:
+    store = Store()
+    store.append("g", {"k": "nan"}, math.nan, T)
+    store.append("g", {"k": "pinf"}, math.inf, T)
+    store.append("g", {"k": "ninf"}, -math.inf, T)
+    got = {s.labels["k"]: s.value for s in store.query("g", T).vector}
+    assert math.isnan(got["nan"]) and got["pinf"] == math.inf and got["ninf"] == -math.inf
+
+
+def test_cardinality_limit_refuses_new_series_and_keeps_old() -> None:
+    store = Store(max_series=2)
+    store.append("x", {"i": "1"}, 1.0, T)
+    store.append("x", {"i": "2"}, 1.0, T)
+    with pytest.raises(CardinalityLimitError):
+        store.append("x", {"i": "3"}, 1.0, T)
+    store.append("x", {"i": "1"}, 2.0, T + 1)  # existing series still accept samples
+    stats = store.append_samples([Sample("y", {}, 1.0)], default_timestamp=T + 2)
+    assert stats.rejected == {"cardinality_limit": 1}
+    assert store.series_count == 2
+    assert store.stats()["rejected"]["cardinality_limit"] == 2
+
+
+def test_staleness_marker_ends_a_series_at_once() -> None:
+    store = Store()
+    store.ingest_exposition("a 1\nb 2\n", timestamp=T, target="t1")
+    stats = store.ingest_exposition("a 1\n", timestamp=T + 15, target="t1")
+    assert stats.stale_markers == 1
+    assert {s.labels["__name__"] for s in store.query("{__name__=~'a|b'}", T + 16).vector} == {"a"}
+    # Before the marker, b is visible through the 5-minute lookback.
+    assert len(store.query("b", T + 14).vector) == 1
+    # Range functions skip the marker.
+    assert store.query("count_over_time(b[1m])", T + 16).values() == [1.0]
+
+
+def test_stale_marker_is_distinct_from_nan() -> None:
+    assert is_stale(STALE_NAN)
+    assert not is_stale(math.nan)
+
+
+def test_retention_drops_old_samples_and_empty_series() -> None:
+    store = Store(retention=60)
+    store.append("old", {}, 1.0, T)
+    for i in range(10):
+        store.append("new", {}, float(i), T + 100 + i)
+    store.expire()
+    assert store.metric_names() == ["new"]
+    assert store.stats()["samples"] == 10
+
+
+def test_extra_labels_and_exported_prefix() -> None:
+    store = Store()
+    store.ingest_exposition(
+        'up{job="inner"} 1\n', timestamp=T, extra_labels={"job": "outer", "instance": "h:1"}
+    )
+    (sample,) = store.query("up", T).vector
+    assert sample.labels == {
+        "__name__": "up",
+        "job": "outer",
+        "exported_job": "inner",
+        "instance": "h:1",
+    }
+
+
+def test_label_values_and_metric_names() -> None:
+    store = Store()
+    store.append("a", {"x": "1"}, 1.0, T)
+    store.append("b", {"x": "2"}, 1.0, T)
+    assert store.metric_names() == ["a", "b"]
+    assert store.label_values("x") == ["1", "2"]
+    assert store.label_values("x", metric="b") == ["2"]
+
+
+def test_malformed_exposition_stores_nothing() -> None:
+    store = Store()
+    store.ingest_exposition("good 1\n", timestamp=T)
+    bad = "good 2\nother 3\nthis is { not valid\n"
+    with pytest.raises(ExpositionError, match="not valid"):
+        store.ingest_exposition(bad, timestamp=T + 15)
+    assert store.metric_names() == ["good"]
+    assert store.query("good", T + 15).values() == [1.0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'x{a="1" 1\n',
+        "x 1 2 3\n",
+        "x not_a_number\n",
+        "x{a=1} 1\n",
+        "# TYPE x counter\nx_total 1\n# EOF\ngarbage",
+        "x 1_000\n",
+    ],
+)
+def test_malformed_exposition_raises(text: str) -> None:
+    with pytest.raises(ExpositionError):
+        Store().ingest_exposition(text, timestamp=T)
+
+
+def test_openmetrics_exposition() -> None:
+    text = (
+        "# TYPE req counter\n"
+        'req_total{code="200"} 5 1700000000.5\n'
+        "# TYPE lat histogram\n"
+        'lat_bucket{le="0.1"} 1\nlat_bucket{le="+Inf"} 2\nlat_count 2\nlat_sum 0.3\n'
+        "# EOF\n"
+    )
+    store = Store()
+    stats = store.ingest_exposition(text, timestamp=T + 10)
+    assert stats.appended == 5
+    (req,) = store.query("req_total", T + 10).vector
+    assert req.value == 5.0
+    assert store.query("timestamp(req_total)", T + 10).values() == [1700000000.5]
+
+
+def test_text_timestamps_are_milliseconds() -> None:
+    store = Store()
+    store.ingest_exposition("x 1 1700000000123\n", timestamp=T + 100)
+    assert store.query("timestamp(x)", T + 100).values() == [1700000000.123]
+
+
+def test_snapshot_roundtrip(tmp_path: Path) -> None:
+    store = Store(retention=7200, max_series=50)
+    for i in range(100):
+        store.append("c_total", {"i": str(i % 3)}, float(i), T + i)
+    store.append("s", {}, STALE_NAN, T + 50)
+    path = tmp_path / "snap.aivsnap"
+    assert store.save(path) == 101
+    again = Store.load(path)
+    assert again.retention == 7200 and again.max_series == 50
+    expr = "sum by (i) (rate(c_total[1m]))"
+    assert again.query(expr, T + 99) == store.query(expr, T + 99)
+    assert again.stats()["samples"] == 101
+    window = tmp_path / "part.aivsnap"
+    assert store.save(window, start=T + 10, end=T + 19) == 10
+
+
+def test_loading_a_bad_snapshot_raises(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"not a snapshot")
+    with pytest.raises(StoreError):
+        Store.load(bad)
+    missing = tmp_path / "missing"
+    with pytest.raises(StoreError):
+        Store.load(missing)
+
+
+def test_concurrent_appends_and_queries() -> None:
+    store = Store()
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(2000):
+                store.append("w", {"k": str(k)}, float(i), T + i)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(50):
+        store.query("sum(rate(w[1m]))", T + 1000)
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors
+    assert store.stats()["samples"] == 8000
