@@ -1,0 +1,374 @@
+"""Everything ``aivitals demo`` and ``aivitals validate`` run, started and stopped as one.
+
+Redis (a private ``redis-server`` on a free port), the demo service (a child
+process in its own process group, so a stop takes its threads and children
+with it), and the agent in this process: collectors (host, process, the sim
+GPU), the scrape of the service, the alert engine on the rule pack, and the
+diagnosis on demand. ``stop()`` is idempotent and also runs at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ..errors import ConfigError, ServiceError
+from ._redis import RedisServer, free_port
+
+__all__ = ["QUICK_RULES", "ServiceProcess", "Stack", "StackConfig", "scale_for"]
+
+#: Rule-pack windows for short runs: every rate() window still spans >= 4 scrapes of 1 s.
+QUICK_RULES: dict[str, Any] = {
+    "scrape_interval": "1s",
+    "evaluation_interval": "1s",
+    "rate_window": "8s",
+    "short_window": "4s",
+    "composite_window": "6s",
+    "baseline_window": "30s",
+    "leak_window": "10s",
+    "rss_window": "10s",
+}
+_FOR = re.compile(r"^(\s*for:\s*)(\S+)\s*$", re.M)
+_INTERVAL = re.compile(r"^(\s*interval:\s*)(\S+)\s*$", re.M)
+
+
+def scale_for(text: str, factor: float) -> str:
+    """Divide every ``for:`` of a rule file by ``factor`` (at least 1 s), for short runs."""
+    import promql_parser
+
+    def shrink(m: re.Match[str]) -> str:
+        seconds = float(promql_parser.parse_duration(m.group(2)).total_seconds())
+        return f"{m.group(1)}{max(1, round(seconds / factor))}s"
+
+    return _INTERVAL.sub(lambda m: f"{m.group(1)}1s", _FOR.sub(shrink, text))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    """How the stack runs.
+
+    ``quick`` compresses time: 1 s scrapes and rule evaluation, short rule
+    windows (``QUICK_RULES``) and every ``for:`` divided by ``for_factor``.
+    ``workdir`` keeps logs and the sim GPU state (a temp dir when None).
+    """
+
+    quick: bool = False
+    for_factor: float = 60.0
+    workers: int = 2
+    queue_size: int = 32
+    request_timeout: float = 10.0
+    use_redis: bool = True
+    agent: bool = True
+    interval: float | None = None
+    workdir: Path | None = None
+    service_args: Sequence[str] = ()
+    rule_params: dict[str, Any] = field(default_factory=dict)
+    ready_timeout: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.for_factor < 1:
+            raise ConfigError(f"for_factor={self.for_factor!r}: expected >= 1")
+        if self.workers < 1:
+            raise ConfigError(f"workers={self.workers!r}: expected >= 1")
+        if self.interval is not None and self.interval <= 0:
+            raise ConfigError(f"interval={self.interval!r}: expected > 0 seconds")
+
+    @property
+    def tick(self) -> float:
+        """Scrape, collect and rule-evaluation period, seconds."""
+        return self.interval or (1.0 if self.quick else 5.0)
+
+
+class ServiceProcess:
+    """``python -m aivitals.demo.serve`` as a child in its own process group."""
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        sim_gpu_dir: Path,
+        redis_port: int | None,
+        chaos_token: str,
+        workers: int,
+        queue_size: int,
+        request_timeout: float,
+        port: int,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "service.jsonl"
+        self.stdout_path = workdir / "service.out"
+        self.chaos_token = chaos_token
+        argv = [
+            sys.executable, "-m", "aivitals.demo.serve",
+            "--port", str(self.port),
+            "--sim-gpu-dir", str(sim_gpu_dir),
+            "--log-file", str(self.log_path),
+            "--workers", str(workers),
+            "--queue-size", str(queue_size),
+            "--request-timeout", str(request_timeout),
+            *(["--redis-port", str(redis_port)] if redis_port else []),
+            *extra_args,
+        ]  # fmt: skip
+        self.argv = argv
+        self.env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "AIVITALS_CHAOS_TOKEN": chaos_token,
+            "AIVITALS_SIM_GPU_DIR": str(sim_gpu_dir),
+            "AIVITALS_DEMO_PROBE_INTERVAL": "1",
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise ServiceError("the demo service is not running")
+        return self.proc.pid
+
+    def start(self, timeout: float) -> None:
+        with self.stdout_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: one killpg stops it all
+            )
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            code = self.exit_code()
+            if code is not None:
+                raise ServiceError(f"the demo service exited with {code}: {self.tail()}")
+            try:
+                r = httpx.get(self.url + "/readyz", timeout=2.0)
+                if r.status_code == 200:
+                    return
+                last = f"/readyz {r.status_code}: {r.text[:300]}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}"
+            time.sleep(0.25)
+        raise ServiceError(f"the demo service was not ready within {timeout:g} s ({last})")
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, chars: int = 2000) -> str:
+        try:
+            return self.stdout_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+class Stack:
+    """Redis + the demo service + the agent (+ rule engine and diagnosis).
+
+    **Usage**::
+
+        with Stack(StackConfig(quick=True)) as stack:
+            print(stack.service.url, stack.agent.url)
+            stack.engine.active()
+            stack.diagnose(window=120)
+    """
+
+    def __init__(self, config: StackConfig | None = None) -> None:
+        self.config = config or StackConfig()
+        self._own_workdir = self.config.workdir is None
+        self.workdir = self.config.workdir or Path(tempfile.mkdtemp(prefix="aivitals-stack-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.sim_gpu_dir = self.workdir / "sim-gpu"
+        self.chaos_token = secrets.token_urlsafe(24)
+        self.service_port = free_port()
+        self.redis: RedisServer | None = None
+        self.service: ServiceProcess | None = None
+        self.agent: Any = None
+        self.engine: Any = None
+        self.pack: Any = None
+        self.started_at = time.time()
+        self._stopped = threading.Event()
+
+    # --- life ---------------------------------------------------------------------------
+    def start(self) -> Stack:
+        atexit.register(self.stop)
+        try:
+            self._start_redis()
+            self.start_service()
+            if self.config.agent:
+                self._start_agent()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_redis(self) -> None:
+        if self.config.use_redis and shutil.which("redis-server"):
+            self.redis = RedisServer().start()
+
+    def start_service(self) -> None:
+        """Start (or restart, after it died) the demo service."""
+        if self.service is not None:
+            self.service.stop()
+        self.service = ServiceProcess(
+            workdir=self.workdir,
+            sim_gpu_dir=self.sim_gpu_dir,
+            redis_port=None if self.redis is None else self.redis.port,
+            chaos_token=self.chaos_token,
+            workers=self.config.workers,
+            queue_size=self.config.queue_size,
+            request_timeout=self.config.request_timeout,
+            port=self.service_port,
+            extra_args=self.config.service_args,
+        )
+        self.service.start(self.config.ready_timeout)
+
+    def _agent_config(self) -> Any:
+        from ..agent import AgentConfig, ScrapeTarget
+
+        assert self.service is not None
+        tick = self.config.tick
+        return AgentConfig(
+            listen="127.0.0.1:0",
+            interval=tick,
+            scrape=(ScrapeTarget(self.service.url + "/metrics", job="demo"),),
+            scrape_interval=tick,
+            scrape_timeout=max(1.0, tick),
+            gpu="sim",
+            sim_gpu_dir=str(self.sim_gpu_dir),
+            # by port, not pid: a restarted service keeps its port, so the agent follows it
+            port=self.service.port,
+            retention=3 * 3600.0,
+        )
+
+    def _start_agent(self) -> None:
+        from ..agent import Agent
+        from ..alerts import RuleEngine
+
+        self.pack = self.rule_pack()
+        self.agent = Agent(self._agent_config())
+        self.engine = RuleEngine(self.agent.store, self.pack_groups())
+        self.engine.attach(self.agent, default_interval=self.config.tick)
+        self.agent.set_diagnosis_provider(lambda: self.diagnose())
+        self.agent.start()
+
+    def rule_pack(self) -> Any:
+        from ..alerts import default_pack
+
+        params = {**(QUICK_RULES if self.config.quick else {}), **self.config.rule_params}
+        return default_pack(**params)
+
+    def pack_groups(self) -> Any:
+        from ..alerts import load_rules
+
+        if not self.config.quick:
+            return self.pack.groups
+        return load_rules(scale_for(self.pack.text, self.config.for_factor))
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        atexit.unregister(self.stop)
+        errors: list[str] = []
+        for name, fn in (
+            ("agent", lambda: self.agent.stop() if self.agent is not None else None),
+            ("service", lambda: self.service.stop() if self.service is not None else None),
+            ("redis", lambda: self.redis.stop() if self.redis is not None else None),
+        ):
+            try:
+                fn()
+            except Exception as exc:  # one part failing to stop must not keep the rest up
+                errors.append(f"{name}: {exc}")
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if errors:
+            raise ServiceError("stopping the stack: " + "; ".join(errors))
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- what runs on it ------------------------------------------------------------------
+    def fault_context(self, **extra: Any) -> Any:
+        from ..chaos import FaultContext
+
+        assert self.service is not None
+        return FaultContext(
+            target=self.service.url,
+            service_pid=self.service.pid,
+            sim_gpu_dir=self.sim_gpu_dir,
+            redis_port=None if self.redis is None else self.redis.port,
+            redis_pid=None if self.redis is None else self.redis.pid,
+            chaos_token=self.chaos_token,
+            work_dir=self.workdir,
+            **extra,
+        )
+
+    def diagnose(self, *, window: float | None = None, end: float | None = None) -> Any:
+        from ..diagnose import diagnose
+
+        end = time.time() if end is None else end
+        span = window if window is not None else max(60.0, end - self.started_at)
+        return diagnose(
+            self.agent.store,
+            end=end,
+            window=span,
+            step=self.config.tick,
+            alerts=self.engine.history() if self.engine is not None else (),
+            events=self.agent.events() if self.agent is not None else (),
+        )
+
+    def query(self, expr: str) -> list[Any]:
+        """Instant query on the agent's store; [] when there is no agent or no data."""
+        if self.agent is None:
+            return []
+        return list(self.agent.store.query(expr, time.time()).vector)
+
+    def firing(self) -> list[Any]:
+        return [] if self.engine is None else list(self.engine.firing())
