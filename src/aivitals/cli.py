@@ -50,6 +50,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "collectors",
         "List the collectors and run each once (up, time, samples, errors).",
     ),
+    "rules": (
+        "aivitals.alerts._cli",
+        "rules",
+        "Export, check and test the alert rule pack (Prometheus rule YAML).",
+    ),
+    "alerts": (
+        "aivitals.alerts._cli",
+        "alerts",
+        "List active and recent alerts of an agent (or a Prometheus).",
+    ),
 }
 
 

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 from ._engine import AlertEvent, AlertState, Notifier, RuleEngine, RuleHealth
+from ._export import ExportTargets, export_pack
+from ._notify import AlertmanagerNotifier, WebhookNotifier, webhook_payload
 from ._params import PackParams
 from ._rules import AlertingRule, RecordingRule, Rule, RuleGroup, RulePack, default_pack, load_rules
 from ._template import Template, TemplateError
@@ -20,6 +22,8 @@ __all__ = [
     "AlertEvent",
     "AlertState",
     "AlertingRule",
+    "AlertmanagerNotifier",
+    "ExportTargets",
     "Notifier",
     "PackParams",
     "RecordingRule",
@@ -30,6 +34,9 @@ __all__ = [
     "RulePack",
     "Template",
     "TemplateError",
+    "WebhookNotifier",
     "default_pack",
+    "export_pack",
     "load_rules",
+    "webhook_payload",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import threading
 import time
 from collections import deque
@@ -42,6 +43,8 @@ __all__ = ["AlertEvent", "AlertState", "Notifier", "RuleEngine", "RuleHealth"]
 log = logging.getLogger("aivitals.alerts")
 
 AlertState = Literal["pending", "firing", "resolved"]
+#: Prometheus's staleness marker: a NaN with this exact bit pattern.
+STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 #: How long a resolved alert is kept (and re-sent as resolved), as in Prometheus.
 RESOLVED_RETENTION = 15 * 60.0
 
@@ -136,6 +139,7 @@ class _Alert:
 class _RuleState:
     rule: AlertingRule
     active: dict[frozenset[tuple[str, str]], _Alert] = field(default_factory=dict)
+    written: set[tuple[str, frozenset[tuple[str, str]]]] = field(default_factory=set)
 
 
 def _event(a: _Alert, rule: AlertingRule, state: AlertState) -> AlertEvent:
@@ -373,6 +377,7 @@ class RuleEngine:
     def _collect(self, state: _RuleState, ts: float) -> list[AlertEvent]:
         rule = state.rule
         events: list[AlertEvent] = []
+        written: set[tuple[str, frozenset[tuple[str, str]]]] = set()
         for alert in state.active.values():
             if alert.state == "inactive":
                 if alert.resolved_at == ts:
@@ -380,8 +385,17 @@ class RuleEngine:
                 continue
             events.append(_event(alert, rule, _public_state(alert)))
             if self._write:
-                self._append("ALERTS", {**alert.labels, "alertstate": alert.state}, 1.0, ts)
+                alerts_labels = {**alert.labels, "alertstate": alert.state}
+                self._append("ALERTS", alerts_labels, 1.0, ts)
                 self._append("ALERTS_FOR_STATE", alert.labels, alert.active_at, ts)
+                written.add(("ALERTS", frozenset(alerts_labels.items())))
+                written.add(("ALERTS_FOR_STATE", frozenset(alert.labels.items())))
+        if self._write:
+            # Like Prometheus, end the series of alerts that went away with a staleness
+            # marker, so ALERTS stops answering at once instead of 5 minutes later.
+            for name, labels in state.written - written:
+                self._append(name, dict(labels), STALE_NAN, ts)
+            state.written = written
         return events
 
     def _due(self, state: _RuleState, ts: float) -> list[AlertEvent]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ._engine import STALE_NAN
 from ._params import parse_duration
 from ._rules import RuleGroup, load_rules
 
@@ -40,8 +40,6 @@ __all__ = [
     "shipped_test_files",
 ]
 
-#: Prometheus's staleness marker: a NaN with this exact bit pattern.
-STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 
 _ITEM = re.compile(
     r"^(?:(?P<blank>_)(?:x(?P<btimes>\d+))?|(?P<stale>stale)"
@@ -147,7 +145,7 @@ def run_engine_on_test(
     end = until if until is not None else max(asked, default=0.0)
     engine = RuleEngine(backend, groups, registry=None)
     out: dict[tuple[float, str], list[FiringAlert]] = {}
-    steps = int(math.floor(end / evaluation_interval + 1e-9))
+    steps = math.floor(end / evaluation_interval + 1e-9)
     for i in range(steps + 1):
         ts = i * evaluation_interval
         engine.evaluate(ts)
