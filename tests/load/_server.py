@@ -2,7 +2,7 @@
 
 Routes: ``GET /`` -> "ok"; ``POST /v1/embeddings`` -> JSON with usage;
 ``POST /v1/completions`` with ``stream`` -> SSE of ``max_tokens`` events,
-``token_delay`` apart after ``ttft_delay``; ``/slow`` waits ``slow_delay``;
+``token_delay`` apart after ``ttft_delay``; ``/slow`` waits ``slow_delay``; ``/serial`` too, one request at a time;
 ``/error`` -> 503 with an error code; ``/close`` answers with Connection: close.
 """
 
@@ -25,6 +25,10 @@ class TinyServer:
     requests: int = 0
     connections: int = 0
     paths: list[str] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    chaos_token: str = "test-token-123"
+    chaos_calls: list[dict[str, object]] = field(default_factory=list)
+    serial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def url(self) -> str:
@@ -32,14 +36,16 @@ class TinyServer:
 
 
 def _response(status: int, body: bytes, ctype: str = "text/plain", close: bool = False) -> bytes:
-    reason = {200: "OK", 503: "Service Unavailable"}.get(status, "X")
+    reason = {200: "OK", 422: "Unprocessable", 503: "Service Unavailable"}.get(status, "X")
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\nContent-Type: {ctype}\r\n"
     if close:
         head += "Connection: close\r\n"
     return (head + "\r\n").encode() + body
 
 
-async def _handle(state: TinyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _handle(
+    state: TinyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     state.connections += 1
     try:
         while True:
@@ -53,6 +59,7 @@ async def _handle(state: TinyServer, reader: asyncio.StreamReader, writer: async
             body = await reader.readexactly(length) if length else b""
             state.requests += 1
             state.paths.append(path)
+            state.bodies.append(body[:200])
             if not await _route(state, method, path, body, writer):
                 break
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -64,12 +71,17 @@ async def _handle(state: TinyServer, reader: asyncio.StreamReader, writer: async
 async def _route(
     state: TinyServer, method: str, path: str, body: bytes, writer: asyncio.StreamWriter
 ) -> bool:
+    if path == "/_aivitals/chaos":
+        return _chaos(state, method, body, writer)
     if path == "/v1/completions":
         req = json.loads(body)
         if req.get("stream"):
             await _stream(state, int(req["max_tokens"]), len(req["prompt"].split()), writer)
         else:
-            usage = {"prompt_tokens": len(req["prompt"].split()), "completion_tokens": req["max_tokens"]}
+            usage = {
+                "prompt_tokens": len(req["prompt"].split()),
+                "completion_tokens": req["max_tokens"],
+            }
             out = json.dumps({"choices": [{"text": "x"}], "usage": usage}).encode()
             writer.write(_response(200, out, "application/json"))
         return True
@@ -80,6 +92,9 @@ async def _route(
         return True
     if path == "/slow":
         await asyncio.sleep(state.slow_delay)
+    if path == "/serial":  # one request at a time, like a single worker
+        async with state.serial_lock:
+            await asyncio.sleep(state.slow_delay)
     if path == "/error":
         err = json.dumps({"error": {"code": "QUEUE_FULL", "message": "busy"}}).encode()
         writer.write(_response(503, err, "application/json"))
@@ -89,6 +104,17 @@ async def _route(
         await writer.drain()
         return False
     writer.write(_response(200, b"ok"))
+    return True
+
+
+def _chaos(state: TinyServer, method: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+    # The demo's contract, reduced: the token is checked by the test through the calls.
+    call = json.loads(body) if body else {}
+    state.chaos_calls.append(call)
+    if call.get("fault") == "bad_params":
+        writer.write(_response(422, b'{"detail": "bad"}', "application/json"))
+    else:
+        writer.write(_response(200, json.dumps({"started": call}).encode(), "application/json"))
     return True
 
 
@@ -139,6 +165,7 @@ def tiny_server(**kwargs: float) -> Iterator[TinyServer]:
     try:
         yield state
     finally:
+
         async def stop() -> None:
             server_box[0].close()
             for task in asyncio.all_tasks():

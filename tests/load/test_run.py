@@ -1,0 +1,214 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from aivitals.cli import main
+from aivitals.errors import ConfigError, FaultRefused
+from aivitals.load import LoadConfig, completions_request, run_load
+from tests._servers import free_port
+from tests.load._server import tiny_server
+
+
+def test_open_loop_sends_the_scheduled_rate() -> None:
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=300, duration=1.0, seed=3))
+    assert rep.mode == "open"
+    assert 240 <= rep.sent <= 360  # Poisson(300)
+    assert rep.failed == 0 and rep.completed == rep.sent == srv.requests
+    assert rep.e2e.median_ms < 50
+    assert rep.connections <= 16 + 8
+
+
+def test_open_loop_counts_queueing_from_the_intended_send_time() -> None:
+    # One connection and a 100 ms service at 20/s: requests wait for the
+    # connection. Latency from the intended time shows that wait (no coordinated
+    # omission); a closed-loop client would have reported about 100 ms.
+    with tiny_server(slow_delay=0.1) as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/slow",
+                rate=20,
+                duration=1.0,
+                arrival="uniform",
+                connections=1,
+                max_connections=1,
+            )
+        )
+    assert rep.completed == 20
+    assert rep.e2e.max_ms > 500  # the last ones waited for the backlog
+    assert rep.max_client_queue > 5
+
+
+def test_closed_loop_keeps_concurrency() -> None:
+    with tiny_server(slow_delay=0.1) as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/slow", concurrency=3, duration=1.0))
+    assert rep.mode == "closed"
+    assert 21 <= rep.completed <= 33  # 3 in flight x ~10 per second
+    assert rep.e2e.median_ms == pytest.approx(100, abs=40)
+    assert srv.connections == 3
+
+
+def test_sse_stream_gives_ttft_tpot_and_tokens() -> None:
+    with tiny_server(ttft_delay=0.08, token_delay=0.02) as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/v1/completions",
+                concurrency=2,
+                duration=0.8,
+                max_tokens=6,
+                prompt_tokens=10,
+                slo_ttft=0.5,
+                slo_tpot=0.1,
+            )
+        )
+    assert rep.completed >= 4 and rep.failed == 0
+    assert rep.ttft.median_ms == pytest.approx(80, abs=30)
+    assert rep.tpot.median_ms == pytest.approx(20, abs=10)
+    assert rep.itl.count == rep.completed * 5
+    assert rep.total_output_tokens == rep.completed * 6  # from the usage chunk
+    assert rep.total_input_tokens == rep.completed * 10
+    assert rep.goodput == pytest.approx(rep.request_throughput)
+    text = rep.format()
+    assert "Mean TTFT (ms)" in text and "Request goodput" in text
+
+
+def test_goodput_drops_when_the_slo_is_missed() -> None:
+    with tiny_server(ttft_delay=0.08, token_delay=0.0) as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/v1/completions",
+                concurrency=1,
+                duration=0.5,
+                max_tokens=2,
+                slo_ttft=0.01,
+            )
+        )
+    assert rep.completed > 0 and rep.goodput == 0.0
+
+
+def test_non_streaming_completions_and_embeddings_read_usage() -> None:
+    with tiny_server() as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/v1/completions", rate=50, duration=0.4, stream=False, max_tokens=7
+            )
+        )
+        assert rep.completed > 0 and rep.total_output_tokens == rep.completed * 7
+        assert rep.ttft.count == 0
+        emb = run_load(
+            LoadConfig(url=srv.url + "/v1/embeddings", rate=50, duration=0.4, prompt_tokens=12)
+        )
+    assert emb.completed > 0 and emb.total_input_tokens == emb.completed * 12
+
+
+def test_errors_are_counted_by_status_and_code() -> None:
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/error", rate=100, duration=0.3))
+    assert rep.completed == 0 and rep.failed == rep.sent > 0
+    assert rep.errors == {"HTTP 503": rep.sent}
+    assert rep.error_codes == {"QUEUE_FULL": rep.sent}
+    assert rep.error_rate == 1.0
+
+
+def test_refused_connections_and_timeouts_are_errors() -> None:
+    port = free_port()  # nothing listens there
+    rep = run_load(LoadConfig(url=f"http://127.0.0.1:{port}/", rate=50, duration=0.3))
+    assert rep.sent > 0 and rep.errors == {"connect_error": rep.sent}
+    with tiny_server(slow_delay=1.0) as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/slow", rate=20, duration=0.2, timeout=0.1))
+    assert rep.errors.get("timeout") == rep.sent > 0
+
+
+def test_connection_close_answers_are_followed_by_new_connections() -> None:
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/close", concurrency=2, duration=0.3))
+    assert rep.completed > 4 and rep.failed == 0
+    assert srv.connections >= rep.completed
+
+
+def test_explicit_requests_are_cycled() -> None:
+    spec = completions_request("a b c", 3, stream=True)
+    with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=40, duration=0.3, requests=(spec,)))
+    assert rep.completed > 0 and set(srv.paths) == {"/v1/completions"}
+
+
+def test_trace_replay_sends_the_trace(shared_dir: object) -> None:
+    with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/v1/completions",
+                trace="azure-conv",
+                time_scale=0.05,
+                duration=1.0,
+                max_prompt_tokens=64,
+                max_output_tokens=4,
+            )
+        )
+    assert rep.mode == "trace" and rep.completed > 10 and rep.failed == 0
+
+
+def test_stop_event_ends_the_run_early() -> None:
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=100, duration=30), stop=stop)
+    assert time.monotonic() - t0 < 5 and rep.stopped_early
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({}, "exactly one"),
+        ({"rate": 1, "concurrency": 2}, "exactly one"),
+        ({"rate": -1}, "rate"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"rate": 1, "duration": 0}, "duration"),
+        ({"rate": 1, "payload": "video"}, "payload"),
+        ({"rate": 1, "slo_ttft": -1}, "slo_ttft"),
+        ({"rate": 1, "max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_bad_config_names_the_key(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        LoadConfig(url="http://127.0.0.1:1/", **kwargs)  # type: ignore[arg-type]
+
+
+def test_non_loopback_load_is_refused_before_sending() -> None:
+    with pytest.raises(FaultRefused):
+        run_load(LoadConfig(url="http://192.0.2.1:80/", rate=10, duration=1))
+
+
+def test_cli_load_writes_json(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "r.json"
+    with tiny_server() as srv:
+        main(
+            [
+                "load",
+                srv.url + "/",
+                "--rate",
+                "50",
+                "--duration",
+                "0.4s",
+                "--json",
+                str(out),
+                "--no-progress",
+            ]
+        )
+    data = json.loads(out.read_text())
+    assert data["completed"] > 0 and data["mode"] == "open"
+    assert "Request throughput" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_remote_target(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["load", "http://192.0.2.1/", "--rate", "1", "--duration", "1s", "--no-progress"])
+    assert exc.value.code == 1
+    assert "FaultRefused:" in capsys.readouterr().err
