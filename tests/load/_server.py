@@ -2,7 +2,8 @@
 
 Routes: ``GET /`` -> "ok"; ``POST /v1/embeddings`` -> JSON with usage;
 ``POST /v1/completions`` with ``stream`` -> SSE of ``max_tokens`` events,
-``token_delay`` apart after ``ttft_delay``; ``/slow`` waits ``slow_delay``; ``/serial`` too, one request at a time;
+``token_delay`` apart after ``ttft_delay``; ``/slow`` waits ``slow_delay``;
+``/serial`` too, one request at a time;
 ``/error`` -> 503 with an error code; ``/close`` answers with Connection: close.
 """
 
