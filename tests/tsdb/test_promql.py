@@ -81,7 +81,7 @@ def test_sum_by_and_name_dropping(store: Store) -> None:
 
 
 def test_many_to_many_is_an_error(store: Store) -> None:
-    with pytest.raises(QueryError, match="many-to-many|duplicate"):
+    with pytest.raises(QueryError, match=r"many-to-many|duplicate"):
         store.query("c_total + on() c_total", END)
 
 
