@@ -257,16 +257,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, {"status": "success", "data": result_json(result)})
 
     def _labels(self, params: dict[str, list[str]]) -> None:
-        names: set[str] = {"__name__"}
-        store = self.agent.store
-        for metric in store.metric_names():
-            for s in store.query(f"last_over_time({metric}[1h])").vector:
-                names.update(s.labels)
+        names: set[str] = set()
+        for s in self.agent.store.query('{__name__=~".+"}').vector:
+            names.update(s.labels)
         self._json(HTTPStatus.OK, {"status": "success", "data": sorted(names)})
 
     def _label_values(self, name: str, params: dict[str, list[str]]) -> None:
-        store = self.agent.store
-        values = store.metric_names() if name == "__name__" else store.label_values(name)
+        values = self.agent.store.label_values(name)
         self._json(HTTPStatus.OK, {"status": "success", "data": sorted(values)})
 
     def _series(self, params: dict[str, list[str]]) -> None:
@@ -275,10 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest("no match[] parameter provided")
         seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         for m in matchers:
-            result = self.agent.store.query(f"last_over_time(({m})[1h])")
-            for s in result.vector:
-                key = tuple(sorted(s.labels.items()))
-                seen.setdefault(key, dict(s.labels))
+            for s in self.agent.store.query(m).vector:
+                seen.setdefault(tuple(sorted(s.labels.items())), dict(s.labels))
         self._json(HTTPStatus.OK, {"status": "success", "data": list(seen.values())})
 
     def _alerts(self, params: dict[str, list[str]]) -> None:

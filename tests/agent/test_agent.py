@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from aivitals.agent import Agent, AgentConfig, ScrapeTarget
+from aivitals.errors import ConfigError, StoreError
+
+from .conftest import Counting, Hanging, Raising, WithEvents, target_server, wait_for
+
+
+def cfg(**kw: object) -> AgentConfig:
+    base: dict[str, object] = {"listen": "127.0.0.1:0", "interval": 0.2, "gpu": "none"}
+    base.update(kw)
+    return AgentConfig(**base)  # type: ignore[arg-type]
+
+
+def test_metrics_and_query_api() -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        wait_for(lambda: agent.store.query("host_load1").values() not in ([], [1.0]))
+        wait_for(lambda: agent.ready)
+        with httpx.Client(base_url=agent.url, timeout=5) as c:
+            _check_api(c)
+
+
+def _check_api(c: httpx.Client) -> None:
+    metrics = c.get("/metrics")
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE host_load1 gauge\nhost_load1 " in metrics.text
+    assert 'aivitals_collector_up{collector="counting"} 1\n' in metrics.text
+    q = c.get("/api/v1/query", params={"query": "host_load1"}).json()
+    assert q["status"] == "success" and q["data"]["resultType"] == "vector"
+    assert float(q["data"]["result"][0]["value"][1]) >= 2
+    now = time.time()
+    r = c.post(
+        "/api/v1/query_range",
+        data={"query": "host_load1", "start": now - 2, "end": now, "step": "200ms"},
+    ).json()
+    assert r["data"]["resultType"] == "matrix" and len(r["data"]["result"][0]["values"]) >= 2
+    assert "collector" in c.get("/api/v1/labels").json()["data"]
+    names = c.get("/api/v1/label/__name__/values").json()["data"]
+    assert "host_load1" in names and "aivitals_collector_up" in names
+    series = c.get("/api/v1/series", params={"match[]": "aivitals_collector_up"}).json()
+    assert series["data"] == [{"__name__": "aivitals_collector_up", "collector": "counting"}]
+    assert c.get("/-/ready").status_code == 200
+    assert c.get("/-/healthy").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "status"),
+    [
+        ("GET", "/api/v1/query", {"query": "sum("}, 400),
+        ("GET", "/api/v1/query", {}, 400),
+        ("GET", "/api/v1/query", {"query": "up", "time": "yesterday"}, 400),
+        ("GET", "/api/v1/query_range", {"query": "up", "start": "1", "end": "2"}, 400),
+        ("GET", "/api/v1/query_range", {"query": "up", "start": 2, "end": 1, "step": 1}, 400),
+        ("GET", "/api/v1/query_range", {"query": "up", "start": 0, "end": 1e6, "step": 1}, 400),
+        ("GET", "/api/v1/series", {}, 400),
+        ("GET", "/nope", {}, 404),
+        ("GET", "/api/v1/alerts", {}, 404),  # no provider registered
+        ("PUT", "/api/v1/query", {}, 405),
+        ("DELETE", "/metrics", {}, 405),
+        ("POST", "/metrics", {}, 405),
+    ],
+)
+def test_bad_requests(method: str, path: str, params: dict[str, object], status: int) -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        r = httpx.request(method, agent.url + path, params=params, timeout=5)  # type: ignore[arg-type]
+        assert r.status_code == status
+        if path.startswith("/api/"):
+            assert r.json()["status"] == "error"
+
+
+@dataclass
+class _Alert:
+    alertname: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    state: str
+    active_at: float
+    value: float
+    fired_at: float | None = None
+    resolved_at: float | None = None
+
+
+@dataclass
+class _Diagnosis:
+    findings: list[str] = field(default_factory=lambda: ["gpu_memory_leak"])
+
+    def to_json(self) -> str:
+        return '{"shape": "gradual", "findings": ["gpu_memory_leak"]}'
+
+
+def test_alerts_and_diagnosis_providers() -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        agent.set_alerts_provider(
+            lambda: [
+                _Alert("GPUMemoryHigh", {"severity": "page"}, {"summary": "s"}, "firing", 0.0, 0.93)
+            ]
+        )
+        agent.set_diagnosis_provider(_Diagnosis)
+        alerts = httpx.get(agent.url + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        assert alerts == [
+            {
+                "labels": {"alertname": "GPUMemoryHigh", "severity": "page"},
+                "annotations": {"summary": "s"},
+                "state": "firing",
+                "activeAt": "1970-01-01T00:00:00+00:00",
+                "value": "0.93",
+            }
+        ]
+        diag = httpx.get(agent.url + "/api/v1/diagnosis", timeout=5).json()
+        assert diag == {
+            "status": "success",
+            "data": {"shape": "gradual", "findings": ["gpu_memory_leak"]},
+        }
+
+
+def test_hanging_and_raising_collectors_do_not_stop_the_others() -> None:
+    hanging, good = Hanging(), Counting()
+    agent = Agent(cfg(collector_timeout=0.3), collectors=[hanging, good, Raising()])
+    agent.start()
+    try:
+        wait_for(lambda: 'aivitals_collector_up{collector="hanging"} 0' in agent.metrics_text())
+        runs = good.runs
+        wait_for(lambda: good.runs >= runs + 3)  # the good one keeps its schedule
+        text = agent.metrics_text()
+        assert 'aivitals_collector_errors_total{collector="hanging",reason="timeout"} 1' in text
+        assert 'aivitals_collector_up{collector="raising"} 0' in text
+        assert 'aivitals_collector_errors_total{collector="raising",reason="exception"}' in text
+        assert 'aivitals_collector_up{collector="counting"} 1' in text
+        up = agent.store.query('aivitals_collector_up{collector="hanging"}').values()
+        assert up == [0.0]
+    finally:
+        hanging.release.set()
+        agent.stop()
+
+
+def test_scrape_targets_into_the_store() -> None:
+    with target_server() as base:
+        targets = (
+            ScrapeTarget.parse(f"vllm={base}/metrics"),
+            ScrapeTarget.parse(f"junk={base}/garbage"),
+            ScrapeTarget.parse(f"slow={base}/hang"),
+        )
+        config = cfg(scrape=targets, scrape_interval=0.3, scrape_timeout=0.5)
+        with Agent(config, collectors=[Counting()]) as agent:
+            wait_for(lambda: agent.store.query('queue_length{job="vllm"}').values() == [3.0])
+            result = agent.store.query('queue_length{job="vllm"}').vector[0]
+            assert result.labels["queue"] == "engine"  # the alias's label
+            assert result.labels["instance"] == base.removeprefix("http://")
+            wait_for(lambda: 'up{job="slow"' in agent.metrics_text())
+            wait_for(lambda: 'up{job="junk"' in agent.metrics_text())
+            ups = {s.labels["job"]: s.value for s in agent.store.query("up").vector}
+            assert ups == {"vllm": 1.0, "junk": 0.0, "slow": 0.0}
+            text = agent.metrics_text()
+            assert 'aivitals_scrape_errors_total{job="junk",' in text and 'reason="parse"' in text
+            assert 'reason="timeout"' in text
+            assert agent.store.query("other_metric").values() == [1.0]
+
+
+def test_exporter_mode_has_no_store_and_no_api() -> None:
+    with Agent(cfg(exporter=True), collectors=[Counting()]) as agent:
+        wait_for(lambda: "host_load1" in agent.metrics_text())
+        assert httpx.get(agent.url + "/metrics", timeout=5).status_code == 200
+        assert httpx.get(agent.url + "/api/v1/query?query=up", timeout=5).status_code == 404
+        assert not agent.has_store
+        with pytest.raises(StoreError, match="exporter"):
+            agent.store  # noqa: B018
+
+
+def test_periodic_jobs_and_events() -> None:
+    seen: list[float] = []
+    with Agent(cfg(), collectors=[WithEvents()]) as agent:
+        agent.add_periodic("rules", 0.1, seen.append)
+        wait_for(lambda: len(seen) >= 3)
+        assert abs(seen[0] - time.time()) < 5  # called with the wall time
+        with pytest.raises(ValueError, match="already"):
+            agent.add_periodic("rules", 1.0, seen.append)
+        wait_for(lambda: len(agent.events()) == 1)
+        assert agent.events()[0].fields["xid"] == "79"
+        assert agent.events(start=2000.0) == []
+
+
+def test_collect_once_without_starting() -> None:
+    agent = Agent(cfg(), collectors=[Counting()])
+    agent.collect_once()
+    assert agent.store.query("host_load1").values() == [1.0]
+
+
+def test_default_collectors_with_sim_gpu(tmp_path: Path) -> None:
+    agent = Agent(cfg(gpu="sim", sim_gpu_dir=str(tmp_path), kernel_log=False))
+    assert [c.name for c in agent.collectors] == ["host", "gpu"]
+    agent.collect_once()
+    vector = agent.store.query("gpu_memory_total_bytes").vector
+    assert vector[0].labels["backend"] == "sim"
+    assert agent.store.query("host_memory_total_bytes").values()[0] > 0
+
+
+def test_duplicate_collector_names_refused() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Agent(cfg(), collectors=[Counting(), Counting()])
+
+
+@pytest.mark.parametrize(
+    ("kw", "word"),
+    [
+        ({"listen": "0.0.0.0:9464"}, "allow-remote"),
+        ({"listen": "nonsense"}, "listen"),
+        ({"listen": "127.0.0.1:99999"}, "listen"),
+        ({"interval": 0}, "interval"),
+        ({"scrape_interval": -1}, "scrape_interval"),
+        ({"gpu": "tpu"}, "gpu"),
+        ({"pid": 1, "port": 80}, "pid and port"),
+        ({"pid": -4}, "pid"),
+        ({"port": 0}, "port"),
+        ({"tcp_ports": [70000]}, "tcp_ports"),
+        ({"collector_timeout": 0}, "collector_timeout"),
+        ({"scrape_max_bytes": 10}, "scrape_max_bytes"),
+        ({"exporter": True, "scrape": (ScrapeTarget("http://x/metrics"),)}, "scrape"),
+    ],
+)
+def test_config_validation_names_the_key(kw: dict[str, object], word: str) -> None:
+    with pytest.raises(ConfigError, match=word):
+        cfg(**kw)
+
+
+def test_remote_listen_needs_the_flag() -> None:
+    assert cfg(listen="0.0.0.0:0", allow_remote=True).allow_remote
+    assert cfg(listen="[::1]:0").listen == "[::1]:0"
+
+
+@pytest.mark.parametrize("text", ["ftp://x", "job=", "x=notaurl"])
+def test_bad_scrape_target(text: str) -> None:
+    with pytest.raises(ConfigError, match="scrape"):
+        ScrapeTarget.parse(text)
