@@ -2,7 +2,7 @@
 
 Works with Prometheus and anything that speaks its query API (VictoriaMetrics,
 Thanos, Mimir). httpx errors are mapped here, at the boundary: a timeout is
-``BackendTimeout``, a 400/422 ``bad_data``/``execution`` answer is
+``BackendTimeout``, a 400/422 answer (``bad_data``, ``execution``) is
 ``QueryError``, anything else ``BackendError``.
 """
 
@@ -71,7 +71,8 @@ class PrometheusBackend:
             raise BackendError(f"{self.url}: HTTP {resp.status_code}, not a Prometheus answer")
         if body.get("status") != "success":
             kind, msg = body.get("errorType", "?"), body.get("error", "")
-            if resp.status_code in (400, 422) and kind in ("bad_data", "execution"):
+            # Prometheus: 400 bad_data, 422 execution; VictoriaMetrics: 422 with its own kinds.
+            if resp.status_code in (400, 422) and kind != "timeout":
                 raise QueryError(str(msg), expr=expr)
             if kind == "timeout" or (resp.status_code == 503 and "timeout" in str(msg)):
                 raise BackendTimeout(f"{self.url}: {msg}")
