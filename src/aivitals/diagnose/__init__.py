@@ -3,10 +3,40 @@
 Baseline-deviation detection, a knowledge base of fault signatures in YAML
 (evidence in PromQL), an engine that ranks hypotheses by evidence,
 specificity and temporal precedence, and reports in four formats.
+
+**Usage**::
+
+    from aivitals.diagnose import diagnose
+    d = diagnose(store, window=1800)
+    d.shape, d.findings[0].signature, d.findings[0].commands
+    print(d.to_markdown())
 """
 
 from __future__ import annotations
 
 from ._detector import DetectionResult, DetectorConfig, StreamingDetector, detect
+from ._engine import HIGH_CONFIDENCE, VITALS, diagnose
+from ._model import Diagnosis, Event, EvidenceResult, Finding, Shape, SignalDeviation, Unseen
+from ._signatures import EventEvidence, Evidence, Signature, load_signatures, parse_signatures
 
-__all__ = ["DetectionResult", "DetectorConfig", "StreamingDetector", "detect"]
+__all__ = [
+    "HIGH_CONFIDENCE",
+    "VITALS",
+    "DetectionResult",
+    "DetectorConfig",
+    "Diagnosis",
+    "Event",
+    "EventEvidence",
+    "Evidence",
+    "EvidenceResult",
+    "Finding",
+    "Shape",
+    "SignalDeviation",
+    "Signature",
+    "StreamingDetector",
+    "Unseen",
+    "detect",
+    "diagnose",
+    "load_signatures",
+    "parse_signatures",
+]
