@@ -58,7 +58,7 @@ class WithEvents(BaseCollector):
 
     def __init__(self) -> None:
         super().__init__()
-        self._pending = [Event(1000.0, "xid", "NVRM: Xid (PCI:0000:3b:00): 79", {"xid": "79"})]
+        self._pending = [Event(1000.0, "kernel", "NVRM: Xid (PCI:0000:3b:00): 79", {"xid": "79"})]
 
     def _collect(self) -> Iterable[Sample]:
         return []

@@ -61,7 +61,8 @@ def test_events_carry_time_kind_text_fields(tmp_path: Path) -> None:
     collector, _ = _collector(tmp_path)
     list(collector.collect())
     events = collector.drain_events()
-    kinds = [e.kind for e in events]
+    assert {e.kind for e in events} == {"kernel"}
+    kinds = [e.fields["rule"] for e in events]
     assert kinds.count("xid") == 4 and kinds.count("oom") == 3 and kinds.count("hung_task") == 1
     first = events[0]
     assert first.fields["xid"] == "79" and first.fields["pid"] == "1234"

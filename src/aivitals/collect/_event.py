@@ -12,11 +12,14 @@ __all__ = ["Event"]
 class Event:
     """Something that happened once, with when, what kind, the raw text and parsed fields.
 
-    ``kind`` is one of ``xid``, ``oom_kill``, ``hung_task``, ``io_error``.
+    ``kind`` is ``kernel`` for a kernel log line (``fields["rule"]`` says which
+    rule matched: ``xid``, ``oom``, ``hung_task``, ``io_error``) and ``gpu``
+    for an Xid the GPU backend saw (NVML event API, the sim GPU). The shape is
+    the one ``aivitals.diagnose`` takes as events.
 
     **Usage**::
 
-        Event(time=1700000000.0, kind="xid", text="NVRM: Xid ...", fields={"xid": "79"})
+        Event(time=1700000000.0, kind="kernel", text="NVRM: Xid ...", fields={"xid": "79"})
     """
 
     time: float

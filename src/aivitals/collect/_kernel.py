@@ -280,8 +280,9 @@ class KernelLogCollector(BaseCollector):
         elif kind == "io_error":
             _bump(self._io, fields["device"])
         if kind != "other":
+            event = Event(rec.time, "kernel", rec.message, {**fields, "rule": kind})
             with self._lock:
-                self._events.append(Event(rec.time, kind, rec.message, fields))
+                self._events.append(event)
                 del self._events[:-1000]
 
     def _samples(self) -> list[Sample]:

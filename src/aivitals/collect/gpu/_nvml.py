@@ -273,9 +273,14 @@ class NvmlBackend:
             code = int(data.eventData)
             self._xids[(gpu, code)] = self._xids.get((gpu, code), 0) + 1
             self._last_xid[gpu] = code
-            fields = {"gpu": str(gpu), "xid": str(code), "meaning": xid_meaning(code)}
+            fields = {
+                "gpu": str(gpu),
+                "xid": str(code),
+                "meaning": xid_meaning(code),
+                "rule": "xid",
+            }
             text = f"NVML event: GPU {gpu} Xid {code} ({xid_meaning(code)})"
-            self._events.append(Event(time.time(), "xid", text, fields))
+            self._events.append(Event(time.time(), "gpu", text, fields))
 
     def drain_events(self) -> list[Event]:
         out, self._events = self._events, []

@@ -84,10 +84,11 @@ class SimBackend:
             for x in self.sim.xid_events(dev.index, after_seq=cursor):
                 cursor = max(cursor, int(x["seq"]))
                 fields = {"gpu": str(dev.index), "xid": str(x["code"]), "meaning": x["meaning"]}
+                fields["rule"] = "xid"
                 if x.get("pid") is not None:
                     fields["pid"] = str(x["pid"])
                 text = f"sim GPU {dev.index}: Xid {x['code']} ({x['meaning']})"
-                events.append(Event(float(x["time"]), "xid", text, fields))
+                events.append(Event(float(x["time"]), "gpu", text, fields))
             self._cursor[dev.index] = cursor
         return events
 
