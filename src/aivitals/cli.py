@@ -35,6 +35,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "capacity",
         "Sweep concurrency and report the knee where P95 jumps.",
     ),
+    "validate": (
+        "aivitals.validate._cli",
+        "validate",
+        "Inject every fault this machine can host; check alerts, diagnosis, logs, resolve.",
+    ),
+    "demo": (
+        "aivitals.demo._cli",
+        "demo",
+        "Run the demo AI service with Redis, the agent and live load; --fault NAME breaks it.",
+    ),
     "chaos": (
         "aivitals.chaos._cli",
         "chaos",

@@ -1,0 +1,37 @@
+"""aivitals.validate: prove that every fault is caught.
+
+For each scenario (each fault this machine can host; GPU faults through the
+simulated device) it runs a baseline, injects the fault with
+``aivitals.chaos``, and checks that the expected alerts fired within a
+deadline, that the diagnosis's top finding is the fault's signature and layer,
+that error logs carry the structured fields, and that the alerts resolve after
+the revert. One line per check, a JSON report, a non-zero exit on any failure.
+
+**Usage**::
+
+    from aivitals.validate import ValidateConfig, run_validate
+    report = run_validate(ValidateConfig(quick=True, scenarios=("gpu_memory_leak",)))
+    report.passed
+"""
+
+from __future__ import annotations
+
+from ._config import ValidateConfig
+from ._lock import RunLock, default_lock_path
+from ._report import Check, Report, ScenarioResult
+from ._runner import LOG_FIELDS, run_validate
+from ._scenarios import SCENARIOS, Scenario, hostable
+
+__all__ = [
+    "LOG_FIELDS",
+    "SCENARIOS",
+    "Check",
+    "Report",
+    "RunLock",
+    "Scenario",
+    "ScenarioResult",
+    "ValidateConfig",
+    "default_lock_path",
+    "hostable",
+    "run_validate",
+]

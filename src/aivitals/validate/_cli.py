@@ -1,0 +1,84 @@
+"""``aivitals validate``: inject every fault this machine can host and check it is caught."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError
+
+__all__ = ["validate"]
+
+
+@click.command("validate")
+@click.option("--quick", is_flag=True, help="Short phases and compressed rule time (CI).")
+@click.option(
+    "--scenarios",
+    default=None,
+    metavar="A,B,C",
+    help="Comma-separated fault names (default: every fault this machine can host).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("validate-report.json"),
+    show_default=True,
+    help="Where the JSON report is written.",
+)
+@click.option("--baseline", type=float, default=None, help="Baseline seconds per scenario.")
+@click.option("--fault-max", type=float, default=None, help="Longest fault phase, seconds.")
+@click.option("--recover-max", type=float, default=None, help="Longest wait for resolve, seconds.")
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+def validate(
+    quick: bool,
+    scenarios: str | None,
+    report_path: Path,
+    baseline: float | None,
+    fault_max: float | None,
+    recover_max: float | None,
+    list_only: bool,
+) -> None:
+    """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
+
+    Prints one line per check ([ok] / [fail] / [info]), writes a JSON report
+    and exits 1 when any check failed.
+    """
+    from ._config import ValidateConfig
+    from ._runner import run_validate
+    from ._scenarios import SCENARIOS, hostable
+
+    if list_only:
+        for name, s in SCENARIOS.items():
+            why = hostable(s)
+            click.echo(f"{name:<24} {'can run here' if why is None else 'skipped: ' + why}")
+        return
+    names = _names(scenarios)
+    config = ValidateConfig(
+        quick=quick,
+        scenarios=names,
+        report_path=report_path,
+        baseline=baseline,
+        fault_max=fault_max,
+        recover_max=recover_max,
+    )
+    report = run_validate(config, echo=lambda line: click.echo(line))
+    report.write(report_path)
+    click.echo(f"\n{report.summary()}; report: {report_path}")
+    if not report.passed:
+        sys.exit(1)
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise ConfigError(f"--scenarios={text!r}: name at least one fault")
+    from ._scenarios import scenario
+
+    for n in names:
+        scenario(n)
+    return names

@@ -1,0 +1,62 @@
+"""Settings of a validate run: phase lengths (full or ``--quick``), scenarios, output."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["ValidateConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """One ``aivitals validate`` run.
+
+    **Usage**::
+
+        ValidateConfig(quick=True, scenarios=("gpu_memory_leak", "cpu_burn"))
+
+    Phases per scenario: ``baseline`` seconds of normal load, then the fault
+    for at most ``fault_max`` seconds (earlier when every expected alert fired
+    and the diagnosis named the fault, but not before ``fault_min``), then the
+    revert and at most ``recover_max`` seconds for the alerts to resolve.
+    Unset phase lengths take the full or quick defaults.
+    """
+
+    quick: bool = False
+    scenarios: tuple[str, ...] | None = None
+    report_path: Path = Path("validate-report.json")
+    baseline: float | None = None
+    fault_min: float | None = None
+    fault_max: float | None = None
+    recover_max: float | None = None
+    lock_path: Path | None = None
+    workdir: Path | None = None
+    rule_params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in ("baseline", "fault_min", "fault_max", "recover_max"):
+            value = getattr(self, key)
+            if value is not None and not (
+                isinstance(value, int | float) and math.isfinite(value) and 0 < value <= 3600
+            ):
+                raise ConfigError(f"{key}={value!r}: expected 0 < seconds <= 3600")
+        if self.phase("fault_min") > self.phase("fault_max"):
+            raise ConfigError(
+                f"fault_min={self.phase('fault_min'):g} exceeds fault_max="
+                f"{self.phase('fault_max'):g}"
+            )
+        if self.scenarios is not None and not self.scenarios:
+            raise ConfigError("scenarios: empty; name at least one or leave it unset for all")
+
+    def phase(self, key: str) -> float:
+        value = getattr(self, key)
+        if value is not None:
+            return float(value)
+        quick = {"baseline": 5.0, "fault_min": 6.0, "fault_max": 30.0, "recover_max": 25.0}
+        full = {"baseline": 60.0, "fault_min": 30.0, "fault_max": 120.0, "recover_max": 180.0}
+        return (quick if self.quick else full)[key]

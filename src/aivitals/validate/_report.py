@@ -1,0 +1,100 @@
+"""Checks, scenario results and the run's report (terminal lines and JSON)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Check", "Report", "ScenarioResult", "fmt_change", "fmt_ms"]
+
+
+@dataclass(slots=True)
+class Check:
+    """One line of the report. ``ok`` None is information, not a pass or a fail."""
+
+    name: str
+    ok: bool | None
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        mark = "info" if self.ok is None else ("ok" if self.ok else "fail")
+        return f"[{mark}] {self.text}"
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    fault: str
+    layer: str
+    signature: str
+    started_at: float
+    checks: list[Check] = field(default_factory=list)
+    ended_at: float | None = None
+    skipped: str | None = None
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.skipped is None
+            and self.error is None
+            and all(c.ok is not False for c in self.checks)
+        )
+
+    def add(self, check: Check) -> Check:
+        self.checks.append(check)
+        return check
+
+
+@dataclass(slots=True)
+class Report:
+    quick: bool
+    started_at: float = field(default_factory=time.time)
+    scenarios: list[ScenarioResult] = field(default_factory=list)
+    ended_at: float | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        ran = [s for s in self.scenarios if s.skipped is None]
+        return bool(ran) and all(s.passed for s in ran)
+
+    def summary(self) -> str:
+        ran = [s for s in self.scenarios if s.skipped is None]
+        ok = sum(s.passed for s in ran)
+        skipped = len(self.scenarios) - len(ran)
+        checks = [c for s in ran for c in s.checks if c.ok is not None]
+        failed = sum(not c.ok for c in checks)
+        took = (self.ended_at or time.time()) - self.started_at
+        return (
+            f"{ok}/{len(ran)} scenarios passed, {failed} of {len(checks)} checks failed, "
+            f"{skipped} skipped, {took:.0f} s"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["passed"] = self.passed
+        out["summary"] = self.summary()
+        for s, d in zip(self.scenarios, out["scenarios"], strict=True):
+            d["passed"] = s.passed
+        return out
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds:
+        return "n/a"
+    return f"{seconds * 1000:.0f} ms"
+
+
+def fmt_change(before: float | None, after: float | None) -> str:
+    if not before or after is None or before != before or after != after:
+        return ""
+    return f" ({(after - before) / before * 100:+.0f}%)"

@@ -1,0 +1,467 @@
+"""The validation loop: baseline, fault, checks, revert, resolve; one scenario at a time."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+
+from ..errors import AivitalsError
+from ._config import ValidateConfig
+from ._load import LoadPhase, LoadPlan
+from ._lock import RunLock
+from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
+from ._scenarios import SCENARIOS, Scenario, hostable, scenario
+
+__all__ = ["LOG_FIELDS", "run_validate"]
+
+#: the structured fields every error log line must carry (DOMAIN section 6)
+LOG_FIELDS = ("request_id", "model_version", "input_token_count", "gpu_device_id", "error_code")
+
+Echo = Callable[[str], None]
+
+
+def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
+    """Run every selected scenario on a fresh stack; the report says what passed.
+
+    Refuses with ``AlreadyRunning`` while another validate runs on this machine.
+
+    **Usage**::
+
+        report = run_validate(ValidateConfig(quick=True))
+        report.write(Path("validate.json")); sys.exit(0 if report.passed else 1)
+    """
+    from ..demo._stack import Stack, StackConfig
+
+    chosen = (
+        [scenario(n) for n in config.scenarios] if config.scenarios else list(SCENARIOS.values())
+    )
+    with RunLock(config.lock_path):
+        report = Report(quick=config.quick)
+        stack = Stack(
+            StackConfig(
+                quick=config.quick,
+                workdir=config.workdir,
+                rule_params={**_demo_rule_params(), **config.rule_params},
+            )
+        )
+        try:
+            echo(
+                "starting Redis, the demo service and the agent "
+                f"({'quick' if config.quick else 'full'} run)"
+            )
+            stack.start()
+            report.environment = _environment(stack)
+            _run_all(stack, chosen, config, report, echo)
+        finally:
+            report.ended_at = time.time()
+            try:
+                stack.stop()
+            except AivitalsError as exc:
+                echo(f"[fail] cleanup: {exc}")
+        return report
+
+
+def _demo_rule_params() -> dict[str, Any]:
+    # The demo's model answers in ~0.1 s on CPU: its SLA is set to match (DOMAIN:
+    # "inference_time_p99 <= model SLA", alert at 2x), not the pack's 1 s default.
+    return {"sla_seconds": 0.25}
+
+
+def _environment(stack: Any) -> dict[str, Any]:
+    return {
+        "service": stack.service.url,
+        "agent": stack.agent.url,
+        "redis": None if stack.redis is None else stack.redis.url,
+        "sim_gpu_dir": str(stack.sim_gpu_dir),
+        "tick_s": stack.config.tick,
+    }
+
+
+def _run_all(
+    stack: Any, chosen: list[Scenario], config: ValidateConfig, report: Report, echo: Echo
+) -> None:
+    from ..chaos import FAULT_TABLE, ChaosRunner
+
+    with ChaosRunner(stack.fault_context(), max_duration=3600.0) as runner:
+        for s in chosen:
+            info = FAULT_TABLE.get(s.fault)
+            result = ScenarioResult(
+                s.fault,
+                info.layer if info else "?",
+                info.signature if info else s.fault,
+                time.time(),
+            )
+            report.scenarios.append(result)
+            why = hostable(s)
+            if why is not None:
+                result.skipped = why
+                echo(f"\n== {s.fault}: skipped ({why})")
+                continue
+            echo(f"\n== {s.fault} ({result.layer} layer): {info.description if info else ''}")
+            try:
+                _scenario(
+                    stack, runner, s, tuple(info.alerts) if info else (), config, result, echo
+                )
+            except AivitalsError as exc:
+                result.error = f"{type(exc).__name__}: {exc}"
+                echo(f"[fail] {result.error}")
+            finally:
+                runner.stop_all()
+                result.ended_at = time.time()
+            if not stack.service.alive():
+                _restart(stack, result, echo)
+
+
+def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
+    code = stack.service.exit_code()
+    result.add(
+        Check(
+            "service_alive",
+            False,
+            f"the demo service died during the scenario (exit {code}); restarting it",
+        )
+    )
+    echo(result.checks[-1].line())
+    stack.start_service()
+
+
+def _scenario(
+    stack: Any,
+    runner: Any,
+    s: Scenario,
+    alerts: tuple[str, ...],
+    config: ValidateConfig,
+    result: ScenarioResult,
+    echo: Echo,
+) -> None:
+    plan = LoadPlan()
+    stack.service.wait_ready(60.0)
+    t_base = time.time()
+    base = LoadPhase(stack.service.url, plan).start(max_seconds=config.phase("baseline") + 60)
+    time.sleep(config.phase("baseline"))
+    base.stop()
+
+    log_offset = _size(stack.service.log_path)
+    params = s.quick_params if config.quick else s.params
+    span = config.phase("fault_max") + config.phase("recover_max") + 60
+    t_fault = time.time()
+    active = runner.start(s.fault, duration=span, **params)
+    phase = LoadPhase(
+        active.client_url or stack.service.url,
+        plan,
+        allow_hosts=tuple(active.allow_hosts),
+        impatient=s.impatient_client,
+    ).start(max_seconds=config.phase("fault_max") + 60)
+    try:
+        fired, diagnosis = _watch(stack, s, alerts, t_base, t_fault, config, result)
+    finally:
+        phase.stop()
+    t_end = time.time()
+
+    for check in (
+        _impact(base, phase),
+        *_alert_checks(stack, alerts, fired, t_fault, t_end, config),
+        _also_fired(stack, alerts, t_fault),
+        _diagnosis_check(diagnosis, result, t_fault),
+        _log_check(stack.service.log_path, log_offset, s),
+    ):
+        if check is not None:
+            echo(result.add(check).line())
+    if not stack.service.alive():
+        return
+
+    runner.stop(active)
+    _recover(stack, alerts, config, result, echo, fired)
+
+
+def _watch(
+    stack: Any,
+    s: Scenario,
+    alerts: tuple[str, ...],
+    t_base: float,
+    t_fault: float,
+    config: ValidateConfig,
+    result: ScenarioResult,
+) -> tuple[dict[str, float], Any]:
+    fired: dict[str, float] = {}
+    diagnosis: Any = None
+    next_diag = t_fault + config.phase("fault_min")
+    deadline = t_fault + config.phase("fault_max")
+    while time.time() < deadline:
+        time.sleep(1.0)
+        if not stack.service.alive():
+            break
+        for ev in stack.engine.history(start=t_fault):
+            if ev.state == "firing" and ev.alertname in alerts and ev.fired_at:
+                fired.setdefault(ev.alertname, ev.fired_at - t_fault)
+        now = time.time()
+        if now >= next_diag:
+            diagnosis = _safe_diagnose(stack, t_base, now)
+            next_diag = now + 3.0
+            if set(fired) >= set(alerts) and _matches(diagnosis, result):
+                break
+    if diagnosis is None or not _matches(diagnosis, result):
+        diagnosis = _safe_diagnose(stack, t_base, time.time())
+    return fired, diagnosis
+
+
+def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
+    try:
+        return stack.diagnose(window=max(30.0, now - t_base + 5.0), end=now)
+    except Exception as exc:  # the report says the diagnosis failed; the run goes on
+        return exc
+
+
+def _matches(diagnosis: Any, result: ScenarioResult) -> bool:
+    top = getattr(diagnosis, "top", None)
+    return (
+        top is not None
+        and str(top.signature) == result.signature
+        and str(top.layer).lower() == result.layer
+    )
+
+
+def _impact(base: LoadPhase, fault: LoadPhase) -> Check:
+    b = base.reports.get("completions")
+    f = fault.reports.get("completions")
+    if b is None or f is None:
+        errors = "; ".join(base.errors + fault.errors) or "no report"
+        return Check("impact", None, f"client-side load report missing ({errors})")
+    p99b, p99f = b.e2e.p99_ms / 1000, f.e2e.p99_ms / 1000
+    errb, errf = _error_rate(base), _error_rate(fault)
+    moved = (p99b == p99b and p99f == p99f and p99f > 1.2 * p99b) or errf > errb + 0.01
+    text = (
+        f"P99 {fmt_ms(p99b)} -> {fmt_ms(p99f)}{fmt_change(p99b, p99f)}, "
+        f"errors {errb:.1%} -> {errf:.1%} (client side, {f.sent} requests)"
+    )
+    data = {
+        "p99_before_s": p99b,
+        "p99_during_s": p99f,
+        "errors_before": errb,
+        "errors_during": errf,
+    }
+    return Check("impact", True if moved else None, text, data)
+
+
+def _error_rate(phase: LoadPhase) -> float:
+    sent = sum(r.sent for r in phase.reports.values())
+    failed = sum(r.failed for r in phase.reports.values())
+    return failed / sent if sent else 0.0
+
+
+def _alert_checks(
+    stack: Any,
+    alerts: tuple[str, ...],
+    fired: dict[str, float],
+    t_fault: float,
+    t_end: float,
+    config: ValidateConfig,
+) -> list[Check]:
+    out = []
+    limit = config.phase("fault_max")
+    for name in alerts:
+        if name in fired:
+            out.append(
+                Check(
+                    f"alert:{name}",
+                    True,
+                    f"{name} fired {fired[name]:.1f} s after the fault (deadline {limit:g} s)",
+                    {"after_s": fired[name]},
+                )
+            )
+        else:
+            out.append(_never_fired(stack, name, t_fault, t_end, limit))
+    return out
+
+
+def _never_fired(stack: Any, name: str, t_fault: float, t_end: float, limit: float) -> Check:
+    rule = next((r for g in stack.engine.groups for r in g.alerting_rules if r.alert == name), None)
+    if rule is None:
+        return Check(f"alert:{name}", False, f"{name} is not in the rule pack")
+    pending = any(e.alertname == name for e in stack.engine.history(start=t_fault))
+    peak, threshold, op = _peak(stack, rule.expr, t_fault, t_end)
+    if pending:
+        why = f"its condition held but not for its full for: {rule.for_:g} s"
+    elif peak is None:
+        why = "its expression had no data (is the signal collected?)"
+    elif threshold is not None:
+        why = f"never crossed the threshold (peak {peak:.4g} {_neg(op)} {threshold:.4g}): lower it"
+    else:
+        why = f"its condition never held (left side peaked at {peak:.4g})"
+    return Check(
+        f"alert:{name}",
+        False,
+        f"{name} did not fire within {limit:g} s: {why}",
+        {"peak": peak, "threshold": threshold},
+    )
+
+
+def _neg(op: str) -> str:
+    return {">": "<=", ">=": "<", "<": ">=", "<=": ">"}.get(op, "vs")
+
+
+def _peak(
+    stack: Any, expr: str, start: float, end: float
+) -> tuple[float | None, float | None, str]:
+    """The peak of the left side of the rule's top comparison over the fault, and its bound."""
+    try:
+        node: Any = promql_parser.parse(expr)
+        op = str(getattr(node, "op", ""))
+        lhs = str(node.lhs) if op in (">", ">=", "<", "<=") else expr
+        rhs = node.rhs if op in (">", ">=", "<", "<=") else None
+        threshold = float(str(rhs)) if rhs is not None and _is_number(str(rhs)) else None
+        res = stack.agent.store.query_range(lhs, start, end, stack.config.tick)
+    except Exception:
+        return None, None, ""
+    values = [v for series in res.matrix for _, v in series.points if v == v]
+    if not values:
+        return None, threshold, op
+    return (min(values) if op.startswith("<") else max(values)), threshold, op
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _also_fired(stack: Any, alerts: tuple[str, ...], t_fault: float) -> Check | None:
+    other = sorted(
+        {e.alertname for e in stack.engine.history(start=t_fault) if e.state == "firing"}
+        - set(alerts)
+    )
+    if not other:
+        return None
+    return Check("other_alerts", None, f"also fired: {', '.join(other)}", {"alerts": other})
+
+
+def _diagnosis_check(diagnosis: Any, result: ScenarioResult, t_fault: float) -> Check:
+    expected = f"{result.signature} ({result.layer} layer)"
+    if isinstance(diagnosis, Exception):
+        return Check(
+            "diagnosis", False, f"the diagnosis failed: {type(diagnosis).__name__}: {diagnosis}"
+        )
+    top = getattr(diagnosis, "top", None)
+    if top is None:
+        return Check("diagnosis", False, f"the diagnosis found nothing; expected {expected}")
+    ranked = [f"{f.signature} {f.confidence:.2f}" for f in list(diagnosis.findings)[:3]]
+    data = {
+        "top": top.signature,
+        "layer": str(top.layer),
+        "confidence": top.confidence,
+        "ranked": ranked,
+    }
+    first = ""
+    if top.first_deviation is not None:
+        first = f", first deviation {top.first_deviation - t_fault:+.0f} s from the fault"
+    if _matches(diagnosis, result):
+        text = (
+            f"diagnosis: {top.signature} ({top.layer} layer), "
+            f"confidence {top.confidence:.2f}{first}"
+        )
+        return Check("diagnosis", True, text, data)
+    text = (
+        f"diagnosis named {top.signature} ({top.layer} layer), expected {expected}; "
+        f"ranked: {', '.join(ranked)}"
+    )
+    return Check("diagnosis", False, text, data)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_check(path: Path, offset: int, s: Scenario) -> Check:
+    lines = _error_lines(path, offset)
+    codes: dict[str, int] = {}
+    incomplete = 0
+    for record in lines:
+        codes[str(record["error_code"])] = codes.get(str(record["error_code"]), 0) + 1
+        if any(f not in record for f in LOG_FIELDS) or not record.get("request_id"):
+            incomplete += 1
+    seen = ", ".join(f"{c} x{n}" for c, n in sorted(codes.items()))
+    data = {"error_lines": len(lines), "codes": codes, "incomplete": incomplete}
+    if s.error_codes and not set(s.error_codes) & set(codes):
+        want = " or ".join(s.error_codes)
+        return Check(
+            "logs", False, f"no error log line carried {want} (saw: {seen or 'none'})", data
+        )
+    if not lines:
+        return Check("logs", None, "no error log lines during the fault", data)
+    if incomplete:
+        return Check(
+            "logs",
+            False,
+            f"{incomplete} of {len(lines)} error log lines lack request_id or a structured field",
+            data,
+        )
+    return Check(
+        "logs", True, f"{len(lines)} error log lines carry {', '.join(LOG_FIELDS)} ({seen})", data
+    )
+
+
+def _error_lines(path: Path, offset: int) -> list[dict[str, Any]]:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            raw = f.read()
+    except OSError:
+        return []
+    out = []
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("error_code"):
+            out.append(record)
+    return out
+
+
+def _recover(
+    stack: Any,
+    alerts: tuple[str, ...],
+    config: ValidateConfig,
+    result: ScenarioResult,
+    echo: Echo,
+    fired: dict[str, float],
+) -> None:
+    t_rev = time.time()
+    watch = set(fired)
+    phase = LoadPhase(stack.service.url, LoadPlan()).start(
+        max_seconds=config.phase("recover_max") + 60
+    )
+    still: set[str] = set()
+    try:
+        while time.time() - t_rev < config.phase("recover_max"):
+            time.sleep(1.0)
+            still = {a.alertname for a in stack.engine.active()} & watch
+            if not still and (not watch or time.time() - t_rev >= 2.0):
+                break
+    finally:
+        phase.stop()
+    took = time.time() - t_rev
+    if not watch:
+        check = Check("resolved", None, "no expected alert fired, so none to resolve")
+    elif still:
+        check = Check(
+            "resolved",
+            False,
+            f"{', '.join(sorted(still))} still active {took:.0f} s after the revert",
+            {"still": sorted(still)},
+        )
+    else:
+        check = Check(
+            "resolved", True, f"alerts resolved {took:.1f} s after the revert", {"after_s": took}
+        )
+    echo(result.add(check).line())

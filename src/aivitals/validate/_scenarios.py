@@ -1,0 +1,102 @@
+"""What each scenario injects and expects, and whether this machine can host it.
+
+The fault's layer, its expected diagnosis signature and its expected alerts
+come from the chaos package's fault table (one source of truth); here are only
+the parameters that make a fault visible within a run's phases, and what the
+machine needs to host it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["SCENARIOS", "Scenario", "hostable", "scenario"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    fault: str
+    #: fault parameters for a full run and for ``--quick``
+    params: dict[str, Any] = field(default_factory=dict)
+    quick_params: dict[str, Any] = field(default_factory=dict)
+    #: error codes the service's error log lines should carry while it runs
+    error_codes: tuple[str, ...] = ()
+    #: what the host needs; returns why not, or None
+    needs: Callable[[], str | None] = lambda: None
+    #: while the fault runs, a client that gives up after 0.5 s on long generations
+    impatient_client: bool = False
+
+
+def _root_net() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root for network namespaces and nftables"
+    missing = [b for b in ("ip", "nft") if shutil.which(b) is None]
+    return f"needs {', '.join(missing)} (apt-get install iproute2 nftables)" if missing else None
+
+
+def _redis() -> str | None:
+    return (
+        None
+        if shutil.which("redis-server")
+        else "needs redis-server (apt-get install redis-server)"
+    )
+
+
+_LIST: tuple[Scenario, ...] = (
+    Scenario(
+        "gpu_memory_leak",
+        params={"mib_per_request": 64},
+        quick_params={"mib_per_request": 512},
+    ),
+    Scenario("gpu_oom", quick_params={"concurrency": 4}, error_codes=("CUDA_OOM",)),
+    Scenario("gpu_xid", params={"code": 79}, quick_params={"code": 79}),
+    Scenario(
+        "gpu_cotenant",
+        params={"share": 0.95},
+        quick_params={"share": 0.95, "period_seconds": 4, "on_seconds": 3},
+    ),
+    Scenario("gpu_contention", params={"factor": 8}, quick_params={"factor": 12}),
+    Scenario("event_loop_blocked", params={"seconds": 0.3}, quick_params={"seconds": 0.3}),
+    Scenario("worker_pool_saturated"),
+    Scenario("connection_flood", quick_params={"connections": 2000}),
+    Scenario("overlong_inputs", error_codes=("INPUT_TOO_LARGE",)),
+    Scenario("malformed_inputs", error_codes=("INPUT_CONTROL_CHARS", "INPUT_INVALID_UTF8")),
+    Scenario("cache_stampede", quick_params={"interval": 1}, needs=_redis),
+    Scenario("cpu_burn"),
+    Scenario(
+        "process_memory_leak",
+        params={"mib_per_request": 8},
+        quick_params={"mib_per_request": 24, "max_mib": 3072},
+    ),
+    Scenario("disk_io_saturation", quick_params={"size_mib": 512}),
+    Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 20}, needs=_root_net),
+    Scenario("network_latency", quick_params={"delay_ms": 300}, needs=_root_net),
+    Scenario("redis_down", error_codes=(), needs=_redis),
+    Scenario("traffic_surge", params={"factor": 10}, quick_params={"factor": 20}),
+    Scenario("cold_start"),
+    Scenario("timeouts_not_aborting", error_codes=("TIMEOUT",), impatient_client=True),
+)
+
+#: fault name -> scenario, in the fault table's order
+SCENARIOS: dict[str, Scenario] = {s.fault: s for s in _LIST}
+
+
+def scenario(name: str) -> Scenario:
+    from ..errors import ConfigError
+
+    if name not in SCENARIOS:
+        raise ConfigError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
+
+
+def hostable(s: Scenario) -> str | None:
+    """None when this machine can host the scenario, else why not."""
+    from ..chaos import FAULTS
+
+    if s.fault not in FAULTS:
+        return "the chaos package has no such fault yet"
+    return s.needs()
