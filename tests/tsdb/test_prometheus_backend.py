@@ -28,10 +28,12 @@ def test_bad_arguments(url: str, timeout: float) -> None:
 
 
 def test_connection_refused_is_backend_error() -> None:
-    with PrometheusBackend(f"http://127.0.0.1:{free_port()}", timeout=2) as prom:
-        with pytest.raises(BackendError) as info:
-            prom.query("up", T)
-        assert not isinstance(info.value, BackendTimeout)
+    with (
+        PrometheusBackend(f"http://127.0.0.1:{free_port()}", timeout=2) as prom,
+        pytest.raises(BackendError) as info,
+    ):
+        prom.query("up", T)
+    assert not isinstance(info.value, BackendTimeout)
 
 
 def test_silent_server_is_backend_timeout() -> None:
@@ -39,9 +41,11 @@ def test_silent_server_is_backend_timeout() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)  # accepts the connection in the kernel, never answers
         port = listener.getsockname()[1]
-        with PrometheusBackend(f"http://127.0.0.1:{port}", timeout=0.3) as prom:
-            with pytest.raises(BackendTimeout):
-                prom.query("up", T)
+        with (
+            PrometheusBackend(f"http://127.0.0.1:{port}", timeout=0.3) as prom,
+            pytest.raises(BackendTimeout),
+        ):
+            prom.query("up", T)
 
 
 def _answer(status: int, body: object) -> PrometheusBackend:
