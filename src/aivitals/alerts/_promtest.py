@@ -30,7 +30,7 @@ from ._params import parse_duration
 from ._rules import RuleGroup, load_rules
 
 __all__ = [
-    "STALE_NAN",
+    "FiringAlert",
     "PromtoolResult",
     "SeriesLoader",
     "expand_values",
