@@ -1,0 +1,504 @@
+"""Overload: goodput, refusals and latency at 0.5x-3x capacity, with and without admission.
+
+A simulated model (``SimulatedModel``: fixed-capacity processor sharing, ``PARALLEL``
+requests run at full speed, beyond that all share the capacity, so service time
+grows with concurrency, as on a GPU past its best batch size) is served by uvicorn
+in a subprocess on 127.0.0.1, once bare and once behind ``aivitals.protect.protect``.
+An async open-loop client sends Poisson arrivals at 0.5x, 1x, 2x and 3x the capacity
+measured in the same run, for a fixed time each; every request asks for a deadline
+(``X-Request-Timeout``) of twice the unloaded p99.
+
+Per level: goodput (200s answered within the deadline, per second, as a share of
+capacity), shares of 429 vs 504 vs client-side timeouts, p50/p99 of admitted
+requests, queue peak, server RSS peak. Also the cost of one 429 (in-process).
+
+The machine is shared with other work: numbers are noisy. Run:
+``.venv/bin/python benchmarks/overload.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import itertools
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "overload.json"
+PARALLEL = 4  # requests the simulated model runs at full speed
+BASE = 0.2  # mean seconds of work per request at full speed
+LEVELS = (0.5, 1.0, 2.0, 3.0)
+LEVEL_SECONDS = 12.0
+WARMUP_SECONDS = 2.0  # arrivals in the first seconds of a level are not scored
+
+
+# --- the server side ---------------------------------------------------------------------
+
+
+class SimulatedModel:
+    """Processor sharing with ``parallel`` full-speed slots (a SIMULATED model, no compute).
+
+    All running jobs progress at ``min(1, parallel / k)`` of full speed; a virtual
+    clock and a heap of finish points make each event O(log k). Cancelling the
+    awaiting coroutine removes the job: this simulated model's abort hook.
+    """
+
+    def __init__(self, parallel: int) -> None:
+        self.parallel = parallel
+        self.virtual = 0.0
+        self.last = time.monotonic()
+        self.heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.active = 0
+        self.peak = 0
+        self.handle: asyncio.TimerHandle | None = None
+        self.ids = itertools.count()
+
+    def rate(self) -> float:
+        return min(1.0, self.parallel / self.active) if self.active else 1.0
+
+    def advance(self) -> None:
+        now = time.monotonic()
+        self.virtual += (now - self.last) * self.rate()
+        self.last = now
+
+    async def run(self, work: float) -> None:
+        self.advance()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.heap, (self.virtual + work, next(self.ids), future))
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        self.reschedule()
+        try:
+            await future
+        finally:
+            # Cancelling the awaiting task cancels the future too; tick() only
+            # counts the jobs it completes, so a cancelled one is counted out here.
+            if not future.done():
+                future.cancel()
+            if future.cancelled():
+                self.advance()
+                self.active -= 1
+                self.reschedule()
+
+    def reschedule(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        while self.heap and self.heap[0][2].done():
+            heapq.heappop(self.heap)
+        if self.heap:
+            delay = max(0.0, (self.heap[0][0] - self.virtual) / self.rate())
+            self.handle = asyncio.get_running_loop().call_later(delay, self.tick)
+
+    def tick(self) -> None:
+        self.advance()
+        while self.heap and self.heap[0][0] <= self.virtual + 1e-9:
+            _, _, future = heapq.heappop(self.heap)
+            if not future.done():
+                future.set_result(None)
+                self.active -= 1
+        self.reschedule()
+
+
+def build_app(protected: bool) -> Any:
+    model = SimulatedModel(PARALLEL)
+    rng = random.Random(os.getpid())
+    state: dict[str, Any] = {"model": model, "controller": None}
+
+    async def send_json(send: Any, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/stats":
+            ctl = state["controller"]
+            await send_json(
+                send,
+                200,
+                {
+                    "jobs_peak": model.peak,
+                    "queue_peak": ctl.queue_peak if ctl else None,
+                    "limit": ctl.limit if ctl else None,
+                },
+            )
+            return
+        await receive()
+        await model.run(BASE * rng.uniform(0.5, 1.5))
+        await send_json(send, 200, {"ok": True})
+
+    if not protected:
+        return app
+    from aivitals.protect import AdmissionConfig, GuardConfig, HealthConfig, protect
+
+    wrapped = protect(
+        app,
+        guard=GuardConfig(),
+        admission=AdmissionConfig(paths=("/generate",)),
+        health=HealthConfig(probe=lambda: model.run(0.001), probe_interval=1.0),
+        registry=None,
+    )
+    state["controller"] = wrapped.controller
+    return wrapped
+
+
+def serve(port: int, protected: bool) -> None:
+    import logging
+
+    import uvicorn
+
+    # Each abort is logged as a warning; thousands of them would only slow the run.
+    logging.getLogger("aivitals").setLevel(logging.ERROR)
+
+    config = uvicorn.Config(
+        build_app(protected),
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        access_log=False,
+        lifespan="off",
+        backlog=4096,
+    )
+    uvicorn.Server(config).run()
+
+
+# --- the client side ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, protected: bool) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        command = [sys.executable, __file__, "--serve", str(self.port)]
+        if protected:
+            command.append("--protected")
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/stats", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError("server did not start")
+        self.ps = psutil.Process(self.proc.pid)
+
+    def rss_mb(self) -> float:
+        return float(self.ps.memory_info().rss) / 2**20
+
+    def stats(self) -> dict[str, Any]:
+        return dict(httpx.get(self.url + "/stats", timeout=5).json())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Outcome:
+    sent_at: float
+    latency: float
+    status: int  # 0: the client gave up (timeout) or the connection failed
+    retry_after: bool = False
+
+
+@dataclass
+class Level:
+    mode: str
+    load: float
+    rps_offered: float
+    sent: int = 0
+    goodput: float = 0.0
+    ok_share: float = 0.0
+    refused_429_share: float = 0.0
+    gateway_504_share: float = 0.0
+    client_timeout_share: float = 0.0
+    deadline_miss: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    queue_peak: int | None = None
+    jobs_peak: int = 0
+    rss_peak_mb: float = 0.0
+    every_429_has_retry_after: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def one(client: httpx.AsyncClient, url: str, deadline: float) -> Outcome:
+    began = time.monotonic()
+    try:
+        response = await client.post(
+            url + "/generate",
+            content=b'{"prompt": "hello"}',
+            headers={"content-type": "application/json", "x-request-timeout": f"{deadline:.3f}"},
+            timeout=deadline + 1.0,
+        )
+    except httpx.HTTPError:
+        return Outcome(began, time.monotonic() - began, 0)
+    latency = time.monotonic() - began
+    return Outcome(began, latency, response.status_code, "retry-after" in response.headers)
+
+
+async def open_loop(url: str, rps: float, seconds: float, deadline: float) -> list[Outcome]:
+    rng = random.Random(int(rps * 1000))
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=500)
+    async with httpx.AsyncClient(limits=limits) as client:
+        tasks: list[asyncio.Task[Outcome]] = []
+        start = time.monotonic()
+        at = 0.0
+        while True:
+            at += rng.expovariate(rps)
+            if at >= seconds:
+                break
+            delay = start + at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(client, url, deadline)))
+        return list(await asyncio.gather(*tasks))
+
+
+async def closed_loop(url: str, clients: int, seconds: float) -> list[Outcome]:
+    stop = time.monotonic() + seconds
+    results: list[Outcome] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop:
+            results.append(await one(client, url, 30.0))
+
+    async with httpx.AsyncClient() as client:
+        await asyncio.gather(*(worker(client) for _ in range(clients)))
+    return results
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def sample_rss(server: Server, into: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        try:
+            into.append(server.rss_mb())
+        except psutil.Error:
+            return
+        await asyncio.sleep(0.1)
+
+
+def run_level(
+    protected: bool, load: float, capacity: float, deadline: float
+) -> tuple[Level, list[Outcome]]:
+    server = Server(protected)
+    try:
+        rss: list[float] = []
+
+        async def drive() -> list[Outcome]:
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(sample_rss(server, rss, stop))
+            outcomes = await open_loop(server.url, load * capacity, LEVEL_SECONDS, deadline)
+            stop.set()
+            await sampler
+            return outcomes
+
+        outcomes = asyncio.run(drive())
+        stats = server.stats()
+    finally:
+        server.stop()
+    t0 = min(o.sent_at for o in outcomes)
+    scored = [o for o in outcomes if o.sent_at - t0 >= WARMUP_SECONDS]
+    span = LEVEL_SECONDS - WARMUP_SECONDS
+    level = Level("admission" if protected else "bare", load, round(load * capacity, 1))
+    level.sent = len(scored)
+    good = [o for o in scored if o.status == 200 and o.latency <= deadline]
+    admitted = [o for o in scored if o.status != 429]
+    n = max(1, len(scored))
+    level.goodput = round(len(good) / span / capacity, 3)
+    level.ok_share = round(len(good) / n, 3)
+    level.refused_429_share = round(sum(o.status == 429 for o in scored) / n, 3)
+    level.gateway_504_share = round(sum(o.status == 504 for o in scored) / n, 3)
+    level.client_timeout_share = round(sum(o.status == 0 for o in scored) / n, 3)
+    level.deadline_miss = sum(1 for o in admitted if o.status != 200 or o.latency > deadline)
+    latencies = [o.latency for o in admitted if o.status == 200]
+    p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
+    level.p50_ms = None if p50 is None else round(p50 * 1000, 1)
+    level.p99_ms = None if p99 is None else round(p99 * 1000, 1)
+    level.queue_peak = stats.get("queue_peak")
+    level.jobs_peak = int(stats["jobs_peak"])
+    level.rss_peak_mb = round(max(rss, default=0.0), 1)
+    level.every_429_has_retry_after = all(o.retry_after for o in scored if o.status == 429)
+    level.extra = {
+        "final_limit": stats.get("limit"),
+        "other_status": sorted({o.status for o in scored} - {0, 200, 429, 504}),
+    }
+    return level, outcomes
+
+
+def refusal_cost_us(batches: int = 5, per_batch: int = 4000) -> float:
+    """Median microseconds for protect() to answer one 429 (queue full), in-process."""
+    sys.path.insert(0, str(REPO / "src"))
+    from aivitals.protect import AdmissionConfig, HealthConfig, protect
+
+    release = asyncio.Event()
+
+    async def holder(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    app = protect(
+        holder,
+        admission=AdmissionConfig(initial_limit=1, adaptive=False, queue_size=0),
+        health=HealthConfig(),
+        registry=None,
+    )
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/generate",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    statuses: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def measure() -> list[float]:
+        first = asyncio.create_task(app(dict(scope), receive, send))
+        await asyncio.sleep(0.01)
+        times = []
+        for _ in range(batches):
+            began = time.perf_counter()
+            for _ in range(per_batch):
+                await app(dict(scope), receive, send)
+            times.append((time.perf_counter() - began) / per_batch * 1e6)
+        release.set()
+        await first
+        return times
+
+    times = asyncio.run(measure())
+    assert statuses.count(429) == batches * per_batch, "every refusal must be a 429"
+    assert app.health is not None
+    return round(statistics.median(times), 1)
+
+
+def calibrate() -> tuple[float, float]:
+    """Capacity (req/s, closed loop at 2x PARALLEL) and unloaded p99 (one client), bare."""
+    server = Server(protected=False)
+    try:
+        alone = asyncio.run(closed_loop(server.url, 1, 4.0))
+        busy = asyncio.run(closed_loop(server.url, 2 * PARALLEL, 5.0))
+    finally:
+        server.stop()
+    unloaded_p99 = pct([o.latency for o in alone if o.status == 200], 0.99) or BASE
+    capacity = sum(o.status == 200 for o in busy) / 5.0
+    return capacity, unloaded_p99
+
+
+def main() -> None:
+    began = time.monotonic()
+    capacity, unloaded_p99 = calibrate()
+    deadline = round(2 * unloaded_p99, 3)
+    print(
+        f"simulated model: {PARALLEL} parallel, {BASE * 1000:.0f} ms mean work; "
+        f"capacity {capacity:.1f} req/s, unloaded p99 {unloaded_p99 * 1000:.1f} ms, "
+        f"deadline {deadline * 1000:.0f} ms; {LEVEL_SECONDS:g} s per level "
+        "(shared machine: noisy)"
+    )
+    levels: list[Level] = []
+    for protected in (True, False):
+        for load in LEVELS:
+            level, _ = run_level(protected, load, capacity, deadline)
+            levels.append(level)
+            print_row(level)
+    refusal_us = refusal_cost_us()
+    with_3x = next(lv for lv in levels if lv.mode == "admission" and lv.load == 3.0)
+    bare_3x = next(lv for lv in levels if lv.mode == "bare" and lv.load == 3.0)
+    p99_ratio = (with_3x.p99_ms or 0) / (unloaded_p99 * 1000)
+    result = {
+        "goodput_3x": with_3x.goodput,
+        "deadline_miss_3x": with_3x.deadline_miss,
+        "p99_ratio_3x": round(p99_ratio, 2),
+        "rss_peak_mb": max(lv.rss_peak_mb for lv in levels if lv.mode == "admission"),
+        "refusal_us": refusal_us,
+        "goodput_3x_without": bare_3x.goodput,
+    }
+    payload = {
+        "benchmark": "overload",
+        "capacity_rps": round(capacity, 1),
+        "unloaded_p99_ms": round(unloaded_p99 * 1000, 1),
+        "deadline_ms": deadline * 1000,
+        "parallel": PARALLEL,
+        "mean_work_ms": BASE * 1000,
+        "level_seconds": LEVEL_SECONDS,
+        "levels": [asdict(lv) for lv in levels],
+        "every_429_has_retry_after": all(lv.every_429_has_retry_after for lv in levels),
+        "result": result,
+        "seconds": round(time.monotonic() - began, 1),
+        "note": "simulated model (processor sharing); machine shared with other work",
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"refusal cost: {refusal_us} us per 429 (in-process); total {payload['seconds']} s")
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
+
+
+def print_row(lv: Level) -> None:
+    if lv.load == LEVELS[0]:
+        print(
+            f"\n{'mode':<10}{'load':>5}{'rps':>7}{'goodput':>9}{'ok':>7}{'429':>7}{'504':>7}"
+            f"{'c-tmo':>7}{'miss':>6}{'p50ms':>8}{'p99ms':>8}{'queue':>7}{'jobs':>6}{'rssMB':>7}"
+        )
+    print(
+        f"{lv.mode:<10}{lv.load:>5}{lv.rps_offered:>7}{lv.goodput:>9}{lv.ok_share:>7}"
+        f"{lv.refused_429_share:>7}{lv.gateway_504_share:>7}{lv.client_timeout_share:>7}"
+        f"{lv.deadline_miss:>6}{lv.p50_ms!s:>8}{lv.p99_ms!s:>8}{lv.queue_peak!s:>7}"
+        f"{lv.jobs_peak:>6}{lv.rss_peak_mb:>7}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", type=int, metavar="PORT", help="run the server (internal)")
+    parser.add_argument("--protected", action="store_true")
+    args = parser.parse_args()
+    if args.serve:
+        sys.path.insert(0, str(REPO / "src"))
+        serve(args.serve, args.protected)
+    else:
+        main()
