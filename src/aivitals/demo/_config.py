@@ -72,6 +72,9 @@ class DemoConfig:
     sim_gpu_memory_total: int = 24 * 2**30
     #: KV-cache bytes accounted per token on the sim GPU (what a 7B fp16 model holds).
     sim_kv_bytes_per_token: int = 512 * 2**10
+    #: The sim GPU is taken to run the kernels this many times faster than the CPU that
+    #: really computes them: busy time booked = CPU compute time / speedup.
+    sim_gpu_speedup: float = 1.0
     #: Enables POST /_aivitals/chaos when set (also from AIVITALS_CHAOS_TOKEN).
     chaos_token: str | None = None
     #: Version label of the served models.
@@ -96,6 +99,7 @@ class DemoConfig:
         if self.device not in _DEVICES:
             raise ConfigError(f"device={self.device!r}: expected one of {', '.join(_DEVICES)}")
         _positive_float("request_timeout", self.request_timeout)
+        _positive_float("sim_gpu_speedup", self.sim_gpu_speedup)
         _positive_float("probe_interval", self.probe_interval)
         _positive_float("probe_timeout", self.probe_timeout)
         _positive_int("max_body_bytes", self.max_body_bytes)
@@ -148,7 +152,14 @@ _INTS = {
     "sim_kv_bytes_per_token",
     "max_body_bytes",
 }
-_FLOATS = {"request_timeout", "cache_ttl", "cache_jitter", "probe_interval", "probe_timeout"}
+_FLOATS = {
+    "request_timeout",
+    "cache_ttl",
+    "cache_jitter",
+    "probe_interval",
+    "probe_timeout",
+    "sim_gpu_speedup",
+}
 
 
 def _cast(key: str, raw: str, name: str) -> Any:

@@ -199,7 +199,7 @@ class DemoService:
                 vectors = models.embed(texts)
             finally:
                 spent = time.perf_counter() - started
-                gpu.busy(spent)
+                gpu.busy(spent / self.config.sim_gpu_speedup)
                 gpu.release(nbytes)
         return vectors, tokens, spent
 
@@ -252,7 +252,7 @@ class DemoService:
         def delay(spent: float) -> float:
             busy_pending[0] += spent
             if busy_pending[0] > 0.05:  # book busy time in slices so utilization follows
-                gpu.busy(busy_pending[0])
+                gpu.busy(busy_pending[0] / self.config.sim_gpu_speedup)
                 busy_pending[0] = 0.0
             factor = max(self.faults.param("slow_inference", "factor") or 1.0, gpu.slowdown())
             return spent * (factor - 1.0)
@@ -267,7 +267,7 @@ class DemoService:
                 per_token_delay=delay,
             )
         finally:
-            gpu.busy(busy_pending[0])
+            gpu.busy(busy_pending[0] / self.config.sim_gpu_speedup)
             gpu.release(nbytes)
 
     def _gpu(self) -> GpuAccount:

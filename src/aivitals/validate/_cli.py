@@ -31,6 +31,12 @@ __all__ = ["validate"]
 @click.option("--baseline", type=float, default=None, help="Baseline seconds per scenario.")
 @click.option("--fault-max", type=float, default=None, help="Longest fault phase, seconds.")
 @click.option("--recover-max", type=float, default=None, help="Longest wait for resolve, seconds.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the service log, sim GPU state and chaos files here (default: a temp dir).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def validate(
     quick: bool,
@@ -39,6 +45,7 @@ def validate(
     baseline: float | None,
     fault_max: float | None,
     recover_max: float | None,
+    workdir: Path | None,
     list_only: bool,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
@@ -63,6 +70,7 @@ def validate(
         baseline=baseline,
         fault_max=fault_max,
         recover_max=recover_max,
+        workdir=workdir,
     )
     report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)

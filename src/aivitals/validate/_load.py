@@ -13,11 +13,11 @@ __all__ = ["LoadPhase", "LoadPlan"]
 class LoadPlan:
     """Requests per second of each kind; small enough for two cores."""
 
-    completions_rate: float = 4.0
-    embeddings_rate: float = 4.0
-    max_tokens: int = 16
+    completions_rate: float = 2.0
+    embeddings_rate: float = 2.0
+    max_tokens: int = 12
     prompt_tokens: int = 24
-    impatient_rate: float = 4.0
+    impatient_rate: float = 3.0
 
 
 @dataclass

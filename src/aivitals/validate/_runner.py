@@ -107,7 +107,7 @@ def _run_all(
                 _scenario(
                     stack, runner, s, tuple(info.alerts) if info else (), config, result, echo
                 )
-            except AivitalsError as exc:
+            except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
             finally:
