@@ -27,6 +27,7 @@ class TinyServer:
     connections: int = 0
     paths: list[str] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
     chaos_token: str = "test-token-123"
     chaos_calls: list[dict[str, object]] = field(default_factory=list)
     serial_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -61,6 +62,7 @@ async def _handle(
             state.requests += 1
             state.paths.append(path)
             state.bodies.append(body[:200])
+            state.sizes.append(len(body))
             if not await _route(state, method, path, body, writer):
                 break
     except (asyncio.IncompleteReadError, ConnectionError):

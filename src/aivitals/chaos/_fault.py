@@ -182,7 +182,7 @@ class Fault(abc.ABC):
     def record(self, kind: str, **data: Any) -> None:
         """Write a resource to the journal before creating it."""
         assert self._journal is not None
-        entry_id = self._journal.record(kind, fault=self.name, **data)
+        entry_id = self._journal.record(kind, owner=self.name, **data)
         with self._lock:
             self._entries.append({"id": entry_id, "kind": kind, **data})
 
@@ -196,8 +196,12 @@ class Fault(abc.ABC):
 
     def helper(self, kind: str, label: str, **args: Any) -> int:
         """Start one of ``aivitals.chaos._helpers`` with ``args`` and a deadline."""
+        assert self.run is not None
         args.setdefault("deadline", self.deadline_epoch)
-        return self.spawn(python_helper(kind, json.dumps(args)), label=label)
+        # Through a file: request bodies can pass the kernel's argument size limit.
+        path = self.run.path / f"{label}-args.json"
+        path.write_text(json.dumps(args))
+        return self.spawn(python_helper(kind, f"@{path}"), label=label)
 
     def helper_alive(self) -> bool:
         return any(p.poll() is None for p in self._procs)

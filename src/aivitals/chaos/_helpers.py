@@ -4,6 +4,8 @@ Each helper ends by itself at ``deadline`` (epoch seconds) even if the runner
 that started it is gone; the runner (or ``aivitals chaos cleanup``) normally
 ends it sooner.
 
+``JSON`` may be ``@path`` of a file holding it.
+
 Kinds: ``cpu`` (busy loops, the fallback when stress-ng is absent), ``disk``
 (writes + fsync, the fallback when fio is absent), ``flood`` (idle keep-alive
 connections), ``cotenant`` (periodic sim GPU allocations), ``proxy`` (a TCP
@@ -292,6 +294,8 @@ HELPERS: dict[str, Callable[[dict[str, Any]], None]] = {
 def main(argv: list[str]) -> int:
     kind, raw = argv[0], argv[1]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if raw.startswith("@"):
+        raw = Path(raw[1:]).read_text()
     HELPERS[kind](json.loads(raw))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import psutil
 
@@ -68,13 +69,30 @@ class RedisDown(Fault):
         pid = int(ctx.require("redis_pid"))
         try:
             proc = psutil.Process(pid)
-            argv, cwd = proc.cmdline(), proc.cwd()
+            # The title redis sets starts with the path it was run as; exe() would
+            # name the multi-call binary (redis-check-rdb) instead.
+            title, cwd = proc.cmdline(), proc.cwd()
+            exe = title[0].split()[0] if title else proc.exe()
         except psutil.Error as exc:
             raise FaultRefused(f"redis_pid {pid}: {exc}") from exc
-        if not any("redis" in a for a in argv[:1]):
-            raise FaultRefused(f"redis_pid {pid} is not a redis-server ({argv[:1]})")
+        if "redis" not in Path(exe).name:
+            raise FaultRefused(f"redis_pid {pid} is not a redis-server ({exe})")
+        # redis-server rewrites its own command line, so the original argv is lost;
+        # it comes back as a throwaway loopback Redis on the same port and dir.
+        argv = [
+            exe,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            cwd,
+        ]
         self.record("restart", argv=argv, cwd=cwd, port=port)
-        # Revert runs newest first: the restart entry comes after the kill.
         kill_tree(pid, start_time(pid))
         return FaultEffect(client_url=ctx.target, details={"method": "kill", "argv": argv})
 

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from aivitals.chaos import ChaosRunner, FaultContext
+
+RUN_ENV = "AIVITALS_CHAOS_RUN"
+
+
+def require_tool(name: str) -> str:
+    """A binary the fault needs; skip when absent, but fail under CI."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} not installed (Debian package {name})"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        msg = "network namespaces and nftables need root"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture
+def chaos_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "chaos-runs"
+    monkeypatch.setenv("AIVITALS_CHAOS_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def runner_factory(chaos_root: Path) -> Iterator[object]:
+    made: list[ChaosRunner] = []
+
+    def make(ctx: FaultContext | None = None, **kw: object) -> ChaosRunner:
+        r = ChaosRunner(ctx or FaultContext(), root=chaos_root, handle_signals=False, **kw)  # type: ignore[arg-type]
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def run_processes(run_id: str) -> list[int]:
+    """Live processes carrying the run's marker."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get(RUN_ENV) == run_id and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def netns_names() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
+def assert_clean(run_id: str, root: Path) -> None:
+    tag = run_id[-6:]
+    assert not [n for n in netns_names() if tag in n], netns_names()
+    assert run_processes(run_id) == []
+    assert not (root / run_id).exists()
+    assert not list(Path("/var/tmp").glob(f"aivitals-chaos-{run_id}-*"))
+    links = os.listdir("/sys/class/net")
+    assert not [link for link in links if tag in link], links

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aivitals.chaos import FAULT_TABLE, FAULTS, ChaosRunner, FaultContext, get_fault
+from aivitals.cli import main
+from aivitals.errors import AlreadyRunning, ConfigError, FaultError, FaultRefused
+
+CONTRACT = [
+    "gpu_memory_leak",
+    "gpu_oom",
+    "gpu_xid",
+    "gpu_cotenant",
+    "gpu_contention",
+    "event_loop_blocked",
+    "worker_pool_saturated",
+    "connection_flood",
+    "overlong_inputs",
+    "malformed_inputs",
+    "cache_stampede",
+    "cpu_burn",
+    "process_memory_leak",
+    "disk_io_saturation",
+    "network_loss",
+    "network_latency",
+    "redis_down",
+    "traffic_surge",
+    "cold_start",
+    "timeouts_not_aborting",
+]
+RULES = Path(__file__).resolve().parents[2] / "src/aivitals/alerts/rules/aivitals-rules.yml"
+
+
+def test_every_contract_fault_is_registered_with_a_table_row() -> None:
+    assert sorted(FAULTS) == sorted(CONTRACT) == sorted(FAULT_TABLE)
+    for name, cls in FAULTS.items():
+        info = cls.info()
+        assert info.layer in {"model", "service", "infrastructure", "business"}
+        assert info.signature == name and info.description
+
+
+def test_expected_alerts_exist_in_the_shipped_rule_pack() -> None:
+    if not RULES.exists():
+        pytest.skip("rule pack not present yet")
+    doc = yaml.safe_load(RULES.read_text())
+    names = {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    for info in FAULT_TABLE.values():
+        assert set(info.alerts) <= names, (info.name, set(info.alerts) - names)
+
+
+def test_unknown_fault_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown fault 'gpu_melt'.*cpu_burn"):
+        get_fault("gpu_melt")
+
+
+@pytest.mark.parametrize("duration", [-1, 0, math.nan, math.inf, 10_000])
+def test_bad_durations_are_refused(duration: float) -> None:
+    with pytest.raises(FaultRefused, match="duration"):
+        get_fault("cpu_burn")(duration=duration)
+
+
+def test_configured_maximum_duration(runner_factory) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(FaultRefused, match="maximum 5s"):
+        get_fault("cpu_burn")(duration=6, max_duration=5)
+    with runner_factory(max_duration=5) as runner, pytest.raises(FaultRefused, match="maximum"):
+        runner.start("cpu_burn", duration=6)
+
+
+def test_bad_params_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="unknown params"):
+        get_fault("cpu_burn")(duration=1, colour=3)
+    with pytest.raises(ConfigError, match="percent=500"):
+        get_fault("network_loss")(duration=1, percent=500)
+    with pytest.raises(ConfigError, match="not a finite number"):
+        get_fault("network_loss")(duration=1, percent="lots")
+
+
+def test_non_loopback_targets_are_refused() -> None:
+    with pytest.raises(FaultRefused, match="not on loopback"):
+        FaultContext(target="http://10.1.2.3:8000")
+    FaultContext(target="http://10.1.2.3:8000", allow_hosts=("10.1.2.3",))
+
+
+def test_missing_context_is_refused_and_leaves_nothing(runner_factory) -> None:  # type: ignore[no-untyped-def]
+    with runner_factory() as runner:
+        with pytest.raises(FaultRefused, match="redis_port"):
+            runner.start("redis_down", duration=5)
+        with pytest.raises(FaultRefused, match="chaos_token"):
+            runner.start("cold_start", duration=5)
+        assert runner.run is not None and runner.run.journal.pending() == []
+
+
+def test_a_fault_starts_only_through_a_runner() -> None:
+    with pytest.raises(FaultError, match="ChaosRunner"):
+        get_fault("cpu_burn")(duration=1).start(FaultContext())
+
+
+def test_a_second_runner_is_refused(runner_factory, chaos_root: Path) -> None:  # type: ignore[no-untyped-def]
+    with runner_factory(), pytest.raises(AlreadyRunning, match="another chaos run"):
+        ChaosRunner(FaultContext(), root=chaos_root, handle_signals=False).open()
+    # Once the first is closed, the next may run.
+    with runner_factory():
+        pass
+
+
+def test_cli_list_and_bad_input(capsys: pytest.CaptureFixture[str], chaos_root: Path) -> None:
+    main(["chaos", "list"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in CONTRACT)
+    for argv, err in (
+        (["chaos", "run", "gpu_melt", "--duration", "1s"], "ConfigError: unknown fault"),
+        (["chaos", "run", "cpu_burn", "--duration", "-5s"], "FaultRefused:"),
+        (["chaos", "run", "cpu_burn", "--duration", "2h"], "FaultRefused:"),
+        (["chaos", "run", "cpu_burn", "--target", "http://8.8.8.8/"], "FaultRefused:"),
+        (["chaos", "run", "cpu_burn", "-p", "percent=3"], "ConfigError:"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 1
+        assert err in capsys.readouterr().err
