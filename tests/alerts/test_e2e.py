@@ -1,0 +1,135 @@
+"""End to end on real parts: exported pack -> Prometheus -> Alertmanager -> webhook.
+
+A tiny exporter in the test serves GPU metrics; mid-test a GPU reports Xid 79.
+A real Prometheus (scrape and evaluation every 1s) loads the exported rule pack
+and prometheus.yml, fires GPUXidError and sends it to a real Alertmanager
+started with the exported alertmanager.yml, which delivers it to a webhook
+receiver in the test. Then `aivitals alerts --prometheus` lists it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from aivitals.alerts import ExportTargets, default_pack, export_pack
+from aivitals.cli import cli
+from tests._servers import alertmanager, free_port, prometheus
+
+from ._receiver import receiver
+
+HEALTHY = """# TYPE gpu_memory_used_bytes gauge
+gpu_memory_used_bytes{gpu="0",backend="sim"} 1e9
+# TYPE gpu_memory_total_bytes gauge
+gpu_memory_total_bytes{gpu="0",backend="sim"} 8e10
+"""
+XID = """# TYPE gpu_xid_errors_total counter
+gpu_xid_errors_total{gpu="0",backend="sim",xid="79",meaning="GPU has fallen off the bus"} 1
+"""
+
+
+@contextmanager
+def exporter() -> Iterator[dict[str, Any]]:
+    state: dict[str, Any] = {"text": HEALTHY}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = state["text"].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state["target"] = f"127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _fast_alertmanager(text: str) -> str:
+    doc = yaml.safe_load(text)
+    for route in [doc["route"], *doc["route"].get("routes", [])]:
+        route["group_wait"] = "1s"
+        route["group_interval"] = "1s"
+    return yaml.safe_dump(doc)
+
+
+def _wait(fn: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_an_xid_reaches_the_webhook_through_prometheus_and_alertmanager(tmp_path: Path) -> None:
+    pack = default_pack(scrape_interval="1s", evaluation_interval="1s")
+    with receiver() as hook, exporter() as exp:
+        targets = ExportTargets(
+            service_targets=(f"127.0.0.1:{free_port()}",),  # no service: only the agent job
+            agent_targets=(exp["target"],),
+            webhook_url=hook.url,
+        )
+        export_pack(pack, tmp_path, targets)
+        am_config = _fast_alertmanager((tmp_path / "alertmanager.yml").read_text())
+        with alertmanager(am_config) as am:
+            prom_doc = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+            prom_doc.pop("rule_files")
+            prom_doc["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [
+                f"127.0.0.1:{am.port}"
+            ]
+            with prometheus(
+                yaml.safe_dump(prom_doc), rule_files=[tmp_path / "aivitals-rules.yml"]
+            ) as prom:
+                query = prom.url + "/api/v1/query"
+
+                def scraped() -> bool:
+                    r = httpx.get(query, params={"query": 'up{job="aivitals-agent"} == 1'})
+                    return bool(r.json()["data"]["result"])
+
+                _wait(scraped, 30, "the first scrape of the exporter")
+                time.sleep(2)  # a few healthy evaluations first
+                assert not hook.bodies
+                exp["text"] = HEALTHY + XID
+                _wait(
+                    lambda: hook.wait_for(
+                        lambda bodies: any(b["status"] == "firing" for b in bodies), 0.1
+                    ),
+                    45,
+                    "the webhook to receive the Xid alert",
+                )
+                body = next(b for b in hook.bodies if b["status"] == "firing")
+                (alert,) = [a for a in body["alerts"] if a["labels"]["alertname"] == "GPUXidError"]
+                assert alert["labels"]["xid"] == "79"
+                assert alert["labels"]["severity"] == "P0" and alert["labels"]["layer"] == "model"
+                assert alert["labels"]["job"] == "aivitals-agent"
+                assert "Xid 79 (GPU has fallen off the bus)" in alert["annotations"]["description"]
+                assert alert["annotations"]["runbook"].startswith("dmesg -T | grep -i xid")
+                result = CliRunner().invoke(cli, ["alerts", "--prometheus", prom.url])
+                assert result.exit_code == 0, result.output
+                assert "GPUXidError" in result.output and "firing" in result.output
