@@ -309,13 +309,12 @@ class Stack:
         self._stopped.set()
         atexit.unregister(self.stop)
         errors: list[str] = []
-        for name, fn in (
-            ("agent", lambda: self.agent.stop() if self.agent is not None else None),
-            ("service", lambda: self.service.stop() if self.service is not None else None),
-            ("redis", lambda: self.redis.stop() if self.redis is not None else None),
-        ):
+        steps: list[tuple[str, Any]] = [("agent", self.agent), ("service", self.service)]
+        steps.append(("redis", self.redis))
+        for name, part in steps:
             try:
-                fn()
+                if part is not None:
+                    part.stop()
             except Exception as exc:  # one part failing to stop must not keep the rest up
                 errors.append(f"{name}: {exc}")
         if self._own_workdir:

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from aivitals.cli import cli
+from aivitals.errors import AlreadyRunning, ConfigError
+from aivitals.validate import Check, Report, RunLock, ScenarioResult, ValidateConfig
+from aivitals.validate._runner import _log_check
+from aivitals.validate._scenarios import SCENARIOS, scenario
+
+
+def _hold_lock(
+    path: str, ready: multiprocessing.synchronize.Event, done: multiprocessing.synchronize.Event
+) -> None:
+    with RunLock(Path(path)):
+        ready.set()
+        done.wait(20)
+
+
+def test_second_validate_is_refused_while_one_runs(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    lock = tmp_path / "validate.lock"
+    holder = ctx.Process(target=_hold_lock, args=(str(lock), ready, done))
+    holder.start()
+    try:
+        assert ready.wait(20)
+        with pytest.raises(AlreadyRunning, match=f"pid {holder.pid}"):
+            RunLock(lock).acquire()
+    finally:
+        done.set()
+        holder.join(20)
+    with RunLock(lock):  # released when the holder exits
+        pass
+
+
+def test_cli_refuses_a_second_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aivitals.cli import main
+
+    lock = tmp_path / "aivitals-validate.lock"
+    monkeypatch.setenv("AIVITALS_VALIDATE_LOCK", str(tmp_path))
+    with RunLock(lock), pytest.raises(SystemExit) as exit_info:
+        main(
+            ["validate", "--quick", "--scenarios", "cpu_burn", "--report", str(tmp_path / "r.json")]
+        )
+    assert exit_info.value.code == 1
+
+
+def test_config_rejects_bad_phases() -> None:
+    with pytest.raises(ConfigError, match="baseline"):
+        ValidateConfig(baseline=-1)
+    with pytest.raises(ConfigError, match="fault_min"):
+        ValidateConfig(fault_min=50, fault_max=10)
+    with pytest.raises(ConfigError, match="scenarios"):
+        ValidateConfig(scenarios=())
+    assert ValidateConfig(quick=True).phase("fault_max") < ValidateConfig().phase("fault_max")
+
+
+def test_unknown_scenario_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="nope"):
+        scenario("nope")
+    result = CliRunner().invoke(cli, ["validate", "--scenarios", "gpu_oom,nope"])
+    assert result.exit_code != 0
+    assert "nope" in str(result.exception)
+
+
+def test_every_scenario_is_a_chaos_fault() -> None:
+    from aivitals.chaos import FAULT_TABLE
+
+    assert set(SCENARIOS) == set(FAULT_TABLE)
+
+
+def test_list_names_every_scenario() -> None:
+    result = CliRunner().invoke(cli, ["validate", "--list"])
+    assert result.exit_code == 0, result.output
+    for name in SCENARIOS:
+        assert name in result.output
+
+
+def test_report_lines_and_json(tmp_path: Path) -> None:
+    r = Report(quick=True)
+    s = ScenarioResult("gpu_oom", "model", "gpu_oom", 0.0)
+    s.add(Check("impact", True, "P99 620 ms -> 2100 ms (+238%)"))
+    s.add(Check("alert:X", False, "X did not fire"))
+    s.add(Check("other", None, "also fired: Y"))
+    r.scenarios.append(s)
+    r.scenarios.append(
+        ScenarioResult("network_loss", "infrastructure", "network_loss", 0.0, skipped="needs root")
+    )
+    assert [c.line() for c in s.checks] == [
+        "[ok] P99 620 ms -> 2100 ms (+238%)",
+        "[fail] X did not fire",
+        "[info] also fired: Y",
+    ]
+    assert not r.passed
+    data = json.loads(r.write(tmp_path / "r.json").read_text())
+    assert data["passed"] is False
+    assert data["scenarios"][1]["skipped"] == "needs root"
+    assert "0/1 scenarios passed" in data["summary"]
+
+
+def _write_log(path: Path, records: list[dict[str, object]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + "not json\n")
+
+
+def test_log_check_requires_the_structured_fields(tmp_path: Path) -> None:
+    full = {
+        "request_id": "r1",
+        "model_version": "v0.1.0",
+        "input_token_count": 3,
+        "gpu_device_id": "sim:0",
+        "error_code": "CUDA_OOM",
+    }
+    log = tmp_path / "service.jsonl"
+    _write_log(log, [full, {**full, "request_id": None}, {"event": "fine", "error_code": None}])
+    check = _log_check(log, 0, SCENARIOS["gpu_oom"])
+    assert check.ok is False and "1 of 2" in check.text
+    _write_log(log, [full])
+    assert _log_check(log, 0, SCENARIOS["gpu_oom"]).ok is True
+    _write_log(log, [{**full, "error_code": "TIMEOUT"}])
+    missing = _log_check(log, 0, SCENARIOS["gpu_oom"])
+    assert missing.ok is False and "CUDA_OOM" in missing.text
+    _write_log(log, [])
+    assert _log_check(log, 0, SCENARIOS["cpu_burn"]).ok is None
