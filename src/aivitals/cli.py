@@ -25,6 +25,21 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "query",
         "Evaluate PromQL on a store, a snapshot or Prometheus.",
     ),
+    "diagnose": (
+        "aivitals.diagnose._cli",
+        "diagnose",
+        "Name the failing layer and root cause, with evidence, timeline and next commands.",
+    ),
+    "snapshot": (
+        "aivitals.diagnose._cli",
+        "snapshot",
+        "Save a window of every series to a file for later diagnosis or a bug report.",
+    ),
+    "report": (
+        "aivitals.diagnose._cli",
+        "report",
+        "Reports from the collected signals (report daily).",
+    ),
     "load": (
         "aivitals.load._cli",
         "load",

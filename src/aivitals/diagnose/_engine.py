@@ -321,7 +321,7 @@ def _deviations(ctx: _Ctx, expr: str, min_change: float = 0.0) -> list[_Dev]:
 def _evaluate(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> Finding | None:
     results = [_evidence(ctx, e) for e in sig.evidence]
     results += [_event_evidence(e, events) for e in sig.events]
-    conf = _confidence(results)
+    conf = _confidence(results) * sig.prior
     if conf < REPORT_FLOOR:
         return None
     labels = _labels_from(results, events, sig)

@@ -19,6 +19,7 @@ A signature file holds one mapping or a list of them::
       - {kind: kernel, match: 'Xid.*\\b79\\b', says: ..., role: required}
     commands: ["nvidia-smi --query-compute-apps=pid,used_memory --format=csv", "py-spy dump --pid {pid}"]
     stop_loss: ["Drain and restart pid {pid}."]
+    prior: 1.0                        # how much a match alone says (lower for symptom-only ones)
 
 ``${name}`` is a threshold from ``params`` (overridable per call) or the
 engine's ``${rate}`` window; ``{label}`` in titles, commands and stop-loss is
@@ -87,6 +88,7 @@ class Signature:
     stop_loss: tuple[str, ...]
     params: Mapping[str, float] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    prior: float = 1.0
 
     def of_role(self, role: str) -> list[Evidence]:
         return [e for e in self.evidence if e.role == role]
@@ -100,7 +102,8 @@ class Signature:
             for e in self.evidence
         )
         return Signature(self.id, self.layer, self.title, self.summary, self.shapes, evidence,
-                         self.events, self.commands, self.stop_loss, self.params, self.aliases)
+                         self.events, self.commands, self.stop_loss, self.params, self.aliases,
+                         self.prior)
 
 
 def _fill(sig: str, expr: str, values: Mapping[str, float], rate: str) -> str:
@@ -169,7 +172,7 @@ def _signature(item: Any, source: str) -> Signature:
     if not isinstance(sid, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", sid):
         raise SignatureError(source, f"id must be a lower_snake_case string, got {sid!r}")
     unknown = set(item) - {"id", "layer", "title", "summary", "shapes", "params", "commands",
-                           "stop_loss", "events", "aliases", *ROLES}
+                           "stop_loss", "events", "aliases", "prior", *ROLES}
     if unknown:
         raise SignatureError(sid, f"unknown keys {sorted(unknown)}")
     layer = item.get("layer")
@@ -198,7 +201,18 @@ def _signature(item: Any, source: str) -> Signature:
         stop_loss=tuple(str(c) for c in item.get("stop_loss") or ()),
         params=params,
         aliases=tuple(str(a) for a in item.get("aliases") or ()),
+        prior=_prior(sid, item.get("prior", 1.0)),
     )
+
+
+def _prior(sid: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise SignatureError(sid, f"prior must be a number in (0, 1], got {raw!r}")
+    return value
 
 
 def _text(sid: str, item: Mapping[str, Any], key: str) -> str:

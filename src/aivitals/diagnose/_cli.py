@@ -1,0 +1,182 @@
+"""``aivitals diagnose``, ``aivitals snapshot`` and ``aivitals report daily``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from ..errors import BackendError, ConfigError
+from ..tsdb import Backend, PrometheusBackend, Store
+from ..tsdb._cli import DEFAULT_AGENT, parse_duration, parse_time
+from ._engine import diagnose as run_diagnosis
+from ._model import Event
+from ._report import daily_report
+
+__all__ = ["diagnose", "report", "snapshot"]
+
+FORMATS = ("terminal", "markdown", "json", "html")
+
+
+def _source(agent: str | None, prometheus: str | None, snapshot: str | None) -> Backend:
+    chosen = [x for x in (agent, prometheus, snapshot) if x]
+    if len(chosen) > 1:
+        raise ConfigError("choose one of --agent, --prometheus, --snapshot")
+    if snapshot:
+        if not Path(snapshot).is_file():
+            raise ConfigError(f"--snapshot: no such file: {snapshot!r}")
+        return Store.load(snapshot)
+    return PrometheusBackend(prometheus or agent or DEFAULT_AGENT)
+
+
+def _agent_alerts(url: str) -> list[Any]:
+    """The agent's alert events as objects with the AlertEvent fields (best effort)."""
+    try:
+        r = httpx.get(url.rstrip("/") + "/api/v1/alerts", timeout=5.0)
+        r.raise_for_status()
+        data = r.json()
+    except (httpx.HTTPError, ValueError):
+        return []
+    items = data.get("data", data) if isinstance(data, dict) else data
+    if isinstance(items, dict):
+        items = items.get("alerts", [])
+    out = []
+    for a in items if isinstance(items, list) else []:
+        if isinstance(a, dict) and a.get("active_at") is not None:
+            out.append(Event(float(a.get("fired_at") or a["active_at"]), "alert",
+                             f"{a.get('alertname', '?')} {a.get('state', '')}",
+                             {str(k): str(v) for k, v in (a.get("labels") or {}).items()}))
+    return out
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        Path(out).write_text(text)
+        click.echo(f"written to {out}", err=True)
+    else:
+        click.echo(text)
+
+
+@click.command("diagnose")
+@click.option("--agent", metavar="URL", help=f"An aivitals agent [default {DEFAULT_AGENT}].")
+@click.option("--prometheus", metavar="URL", help="A Prometheus or VictoriaMetrics server.")
+@click.option("--snapshot", metavar="FILE", help="A snapshot file (aivitals snapshot).")
+@click.option("--window", default="30m", show_default=True, help="How far back to look.")
+@click.option("--at", "at", default="now", show_default=True,
+              help="End of the window: epoch seconds, now, now-5m.")
+@click.option("--step", default=None, help="Resolution of the range queries (default window/600).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal",
+              show_default=True)
+@click.option("--out", metavar="FILE", help="Write the report to FILE instead of stdout.")
+def diagnose(agent: str | None, prometheus: str | None, snapshot: str | None, window: str,
+             at: str, step: str | None, fmt: str, out: str | None) -> None:
+    """Name the failing layer and root cause, with evidence, a timeline and next commands."""
+    backend = _source(agent, prometheus, snapshot)
+    win = parse_duration("--window", window)
+    if win <= 0:
+        raise ConfigError(f"--window must be positive, got {window!r}")
+    end = parse_time("--at", at, time.time())
+    if snapshot and at == "now":
+        end = _snapshot_end(backend, end)
+    events = _agent_alerts(agent or DEFAULT_AGENT) if not (prometheus or snapshot) else []
+    d = run_diagnosis(backend, end=end, window=win,
+                      step=parse_duration("--step", step) if step else None, events=events)
+    text = {"terminal": d.to_terminal, "markdown": d.to_markdown, "json": d.to_json,
+            "html": d.to_html}[fmt]()
+    _emit(text, out)
+
+
+def _snapshot_end(backend: Backend, default: float) -> float:
+    """A snapshot's "now" is its newest sample, not the wall clock."""
+    stats = backend.stats() if isinstance(backend, Store) else {}
+    newest = stats.get("newest_timestamp")
+    return float(newest) if newest else default
+
+
+@click.command("snapshot")
+@click.option("--agent", metavar="URL", help="An aivitals agent.")
+@click.option("--prometheus", metavar="URL", help="A Prometheus or VictoriaMetrics server.")
+@click.option("--out", metavar="FILE", required=True, help="Snapshot file to write.")
+@click.option("--window", default="30m", show_default=True, help="How far back to save.")
+@click.option("--at", "at", default="now", show_default=True, help="End of the window.")
+@click.option("--step", default="1s", show_default=True, help="Resolution of the saved samples.")
+def snapshot(agent: str | None, prometheus: str | None, out: str, window: str, at: str,
+             step: str) -> None:
+    """Save a window of every series to a file, for a later diagnosis or a bug report."""
+    if bool(agent) == bool(prometheus):
+        raise ConfigError("choose exactly one of --agent, --prometheus")
+    url = str(agent or prometheus)
+    win = parse_duration("--window", window)
+    end = parse_time("--at", at, time.time())
+    res = parse_duration("--step", step)
+    store = pull(url, end - win, end, res)
+    n = store.save(out, start=end - win, end=end)
+    click.echo(f"saved {n} samples of {store.series_count} series to {out}", err=True)
+
+
+def pull(url: str, start: float, end: float, step: float) -> Store:
+    """Every series of a Prometheus-API server (agent, Prometheus, VictoriaMetrics) into a Store."""
+    names = _metric_names(url)
+    backend = PrometheusBackend(url)
+    store = Store(retention=max(3600.0, end - start + 600.0))
+    # Prometheus refuses more than 11,000 points per series: fetch in chunks.
+    chunk = step * 10_000
+    for name in names:
+        t = start
+        while t <= end:
+            stop = min(end, t + chunk)
+            result = backend.query_range(f'{{__name__="{name}"}}', t, stop, step)
+            for series in result.matrix:
+                labels = {k: v for k, v in series.labels.items() if k != "__name__"}
+                for ts, value in series.points:
+                    try:
+                        store.append(name, labels, value, ts)
+                    except Exception:  # noqa: BLE001 - a duplicate at a chunk edge
+                        continue
+            t = stop + step
+    return store
+
+
+def _metric_names(url: str) -> list[str]:
+    try:
+        r = httpx.get(url.rstrip("/") + "/api/v1/label/__name__/values", timeout=10.0)
+        r.raise_for_status()
+        data = r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise BackendError(f"cannot list metric names at {url}: {exc}") from exc
+    return [str(n) for n in data.get("data", [])]
+
+
+@click.group("report")
+def report() -> None:
+    """Reports built from the collected signals."""
+
+
+@report.command("daily")
+@click.option("--agent", metavar="URL", help=f"An aivitals agent [default {DEFAULT_AGENT}].")
+@click.option("--prometheus", metavar="URL", help="A Prometheus or VictoriaMetrics server.")
+@click.option("--snapshot", metavar="FILE", help="A snapshot file.")
+@click.option("--at", "at", default="now", show_default=True, help="End of the 24 h.")
+@click.option("--queue-red", default=50.0, show_default=True, help="Peak queue marked red above.")
+@click.option("--stddev-yellow", default=30.0, show_default=True,
+              help="GPU utilization stddev (percent points) marked yellow above.")
+@click.option("--format", "fmt", type=click.Choice(("markdown", "json", "html")),
+              default="markdown", show_default=True)
+@click.option("--out", metavar="FILE", help="Write the report to FILE.")
+def daily(agent: str | None, prometheus: str | None, snapshot: str | None, at: str,
+          queue_red: float, stddev_yellow: float, fmt: str, out: str | None) -> None:
+    """Peak queue length, top endpoints by 504s, GPU utilization stddev, the day's alerts."""
+    backend = _source(agent, prometheus, snapshot)
+    end = parse_time("--at", at, time.time())
+    if snapshot and at == "now":
+        end = _snapshot_end(backend, end)
+    alerts = None
+    if not (prometheus or snapshot):
+        alerts = [{"alertname": e.text.split(" ")[0], "labels": dict(e.fields), "since": e.time}
+                  for e in _agent_alerts(agent or DEFAULT_AGENT) if e.time >= end - 86400]
+    r = daily_report(backend, end=end, alerts=alerts, queue_red_above=queue_red,
+                     stddev_yellow_above=stddev_yellow)
+    _emit({"markdown": r.to_markdown, "json": r.to_json, "html": r.to_html}[fmt](), out)
