@@ -391,3 +391,15 @@ def test_mounted_router_gives_the_full_template() -> None:
         )
         == 1
     )
+
+
+def test_families_are_shared_with_other_packages_on_one_registry() -> None:
+    from aivitals import signals
+    from aivitals.instrument import InstrumentedQueue
+
+    reg = CollectorRegistry()
+    theirs = signals.metric("queue_length", registry=reg)  # e.g. the protection layer's
+    queue: InstrumentedQueue[int] = InstrumentedQueue(3, name="shared", registry=reg)
+    queue.put_nowait(1)
+    assert reg.get_sample_value("queue_length", {"queue": "shared"}) == 1
+    assert theirs is not None

@@ -1,9 +1,10 @@
 """Structured JSON logs through the standard logging module, written off the event loop.
 
-``configure_logging(path)`` puts a bounded queue between every ``aivitals.*``
+``configure_logging(path)`` puts a bounded buffer between every ``aivitals.*``
 logger and the file: the caller's thread only captures the request context
-and enqueues the record (a few microseconds); a background thread formats the
-JSON line and writes it. A full queue drops the record and counts it in
+and appends the record (a few microseconds); a background thread wakes every
+few milliseconds, formats the JSON lines of everything buffered and writes
+them in one call. A full buffer drops the record and counts it in
 ``aivitals_log_records_dropped_total`` rather than stall the event loop.
 
 Every line carries ``request_id``, ``model_version``, ``input_token_count``,
@@ -14,13 +15,13 @@ fields; prompt text is redacted unless ``log_prompts=True``.
 from __future__ import annotations
 
 import atexit
-import datetime as _dt
+import collections
 import json
 import logging
 import logging.handlers
 import os
-import queue
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
@@ -47,31 +48,72 @@ PROMPT_FIELDS = frozenset(
     {"prompt", "prompts", "input_text", "text", "messages", "completion", "output_text"}
 )
 _CAPTURED = "_aivitals_ctx"
+_FIELDS = "_aivitals_fields"
 _STANDARD = frozenset(logging.LogRecord("n", logging.INFO, "p", 0, "m", None, None).__dict__) | {
     "message",
     "asctime",
     "taskName",
     _CAPTURED,
+    _FIELDS,
 }
 
 LIFECYCLE = logging.getLogger("aivitals.instrument")
+_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
+_START = time.time()
+
+
+def _record(logger: logging.Logger, event: str, fields: Mapping[str, Any]) -> logging.LogRecord:
+    """A LogRecord built without ``LogRecord.__init__``'s process/thread-name lookups.
+
+    It is a real LogRecord (any handler can take it); the event's fields ride
+    in one attribute so the formatter need not scan the record's dict.
+    """
+    record = logging.LogRecord.__new__(logging.LogRecord)
+    now = time.time()
+    record.__dict__.update(
+        name=logger.name,
+        msg=event,
+        args=(),
+        levelname="INFO",
+        levelno=logging.INFO,
+        pathname="",
+        filename="",
+        module="",
+        exc_info=None,
+        exc_text=None,
+        stack_info=None,
+        lineno=0,
+        funcName=None,
+        created=now,
+        msecs=(now - int(now)) * 1000.0,
+        relativeCreated=(now - _START) * 1000.0,
+        thread=threading.get_ident(),
+        threadName=None,
+        processName=None,
+        process=None,
+        **{_FIELDS: fields},
+    )
+    return record
 
 
 def log_event(event: str, fields: Mapping[str, Any], logger: logging.Logger = LIFECYCLE) -> None:
     """Emit one lifecycle event (``received``, ``enqueued``, ...) as an INFO record.
 
-    Builds the record directly (no caller lookup): this runs once or twice per
-    request on the event loop, and ``logger.info`` would walk the stack.
+    Builds the record directly (no caller lookup, no thread-name lookup): this
+    runs on the event loop for every request. The fields appear in the JSON
+    line as if passed with ``extra=``.
+
+    **Usage**::
+
+        log_event("enqueued", {"queue": "generate", "queue_length": 3})
     """
-    if not logger.isEnabledFor(logging.INFO):
-        return
-    record = logger.makeRecord(logger.name, logging.INFO, "", 0, event, (), None, None, fields)
-    logger.handle(record)
+    if logger.isEnabledFor(logging.INFO):
+        logger.handle(_record(logger, event, fields))
 
 
 def _capture(record: logging.LogRecord) -> None:
     """Copy the request context onto the record in the emitting thread."""
-    if hasattr(record, _CAPTURED):
+    if _CAPTURED in record.__dict__:
         return
     state = REQUEST_STATE.get()
     if state is None:
@@ -84,7 +126,7 @@ def _capture(record: logging.LogRecord) -> None:
             state.gpu_device_id,
             state.error_code,
         )
-    setattr(record, _CAPTURED, ctx)
+    record.__dict__[_CAPTURED] = ctx
 
 
 class JsonFormatter(logging.Formatter):
@@ -101,18 +143,22 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self.log_prompts = log_prompts
         self.static = dict(static or {})
+        self._second = -1
+        self._prefix = ""
 
     def format(self, record: logging.LogRecord) -> str:
         _capture(record)
         out: dict[str, Any] = {
-            "ts": _timestamp(record.created),
+            "ts": self._timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
         }
-        out.update(zip(CONTEXT_FIELDS, getattr(record, _CAPTURED), strict=True))
+        out.update(zip(CONTEXT_FIELDS, record.__dict__[_CAPTURED], strict=True))
         out.update(self.static)
-        for key, value in record.__dict__.items():
+        fields = record.__dict__.get(_FIELDS)
+        items = fields.items() if fields is not None else record.__dict__.items()
+        for key, value in items:
             if key not in _STANDARD:
                 out[key] = self._value(key, value)
         if record.exc_info and record.exc_info[1] is not None:
@@ -121,44 +167,101 @@ class JsonFormatter(logging.Formatter):
             out["traceback"] = self.formatException(record.exc_info)
             if out.get("error_code") is None:
                 out["error_code"] = str(signals.classify_exception(exc))
-        return json.dumps(out, default=str, ensure_ascii=False)
+        return _ENCODER.encode(out)
 
     def _value(self, key: str, value: Any) -> Any:
         if key in PROMPT_FIELDS and not self.log_prompts and value is not None:
             return f"<redacted {len(str(value))} chars>"
         return value
 
+    def _timestamp(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:  # one strftime per second, not per line
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
 
-def _timestamp(created: float) -> str:
-    moment = _dt.datetime.fromtimestamp(created, tz=_dt.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+class _Buffer:
+    """A bounded buffer with ``put_nowait``: a deque append, no lock, no wake-up."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self.items: collections.deque[logging.LogRecord] = collections.deque()
+
+    def put_nowait(self, record: logging.LogRecord) -> bool:
+        if len(self.items) >= self.maxsize:
+            return False
+        self.items.append(record)
+        return True
 
 
 class _DroppingQueueHandler(logging.handlers.QueueHandler):
-    """Enqueue without blocking; a full queue drops the record and counts it."""
+    """Enqueue without blocking; a full buffer drops the record and counts it."""
 
-    def __init__(self, q: queue.Queue[Any], dropped: Any) -> None:
-        super().__init__(q)
+    def __init__(self, buffer: _Buffer, dropped: Any) -> None:
+        super().__init__(buffer)  # type: ignore[arg-type]
+        self.buffer = buffer
         self._dropped_metric = dropped
         self.dropped = 0
 
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        # Formatting happens in the writer thread; here only the context is captured.
-        _capture(record)
-        return record
+    def handle(self, record: logging.LogRecord) -> bool:
+        # no handler lock: the deque append is atomic, and the lock costs a syscall pair
+        if self.filters and not self.filter(record):
+            return False
+        self.emit(record)
+        return True
 
-    def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
+    def emit(self, record: logging.LogRecord) -> None:
+        _capture(record)  # formatting happens in the writer; only the context is taken here
+        if not self.buffer.put_nowait(record):
             self.dropped += 1
             self._dropped_metric.inc()
 
 
-class _Listener(logging.handlers.QueueListener):
-    def enqueue_sentinel(self) -> None:
-        # the stock one uses put_nowait, which fails on a full bounded queue
-        self.queue.put(self._sentinel, timeout=30)  # type: ignore[attr-defined]
+class _Writer(threading.Thread):
+    """Drains the buffer every ``interval`` seconds and writes the batch at once."""
+
+    def __init__(self, buffer: _Buffer, handler: logging.Handler, interval: float) -> None:
+        super().__init__(name="aivitals-log-writer", daemon=True)
+        self.buffer = buffer
+        self.handler = handler
+        self.interval = interval
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.drain()
+        self.drain()
+
+    def drain(self) -> None:
+        items = self.buffer.items
+        batch = []
+        while items:
+            batch.append(items.popleft())
+        if not batch:
+            return
+        handler = self.handler
+        stream = getattr(handler, "stream", None) if type(handler) in _BATCHABLE else None
+        if stream is None:
+            for record in batch:
+                handler.handle(record)
+            return
+        lines = []
+        for record in batch:
+            try:
+                lines.append(handler.format(record))
+            except Exception:
+                handler.handleError(record)
+        with handler.lock:  # type: ignore[union-attr]
+            try:
+                stream.write("\n".join(lines) + "\n")
+                stream.flush()
+            except Exception:
+                handler.handleError(batch[-1])
+
+
+_BATCHABLE = (logging.StreamHandler, logging.FileHandler)
 
 
 class LogWriter:
@@ -168,23 +271,27 @@ class LogWriter:
         self,
         handler: logging.Handler,
         queue_handler: _DroppingQueueHandler,
-        listener: _Listener,
+        writer: _Writer,
         loggers: list[tuple[logging.Logger, int, bool]],
     ) -> None:
         self.handler = handler
         self._queue_handler = queue_handler
-        self._listener = listener
+        self._writer = writer
         self._loggers = loggers
         self._stopped = False
         self._lock = threading.Lock()
 
     @property
     def dropped(self) -> int:
-        """Records dropped because the queue was full."""
+        """Records dropped because the buffer was full."""
         return self._queue_handler.dropped
 
+    def flush(self) -> None:
+        """Write out everything buffered now (normally the writer does it every few ms)."""
+        self._writer.drain()
+
     def stop(self) -> None:
-        """Detach from the loggers, write out everything queued, close the file. Idempotent."""
+        """Detach from the loggers, write out everything buffered, close the file. Idempotent."""
         with self._lock:
             if self._stopped:
                 return
@@ -194,7 +301,8 @@ class LogWriter:
             logger.removeHandler(self._queue_handler)
             logger.setLevel(level)
             logger.propagate = propagate
-        self._listener.stop()
+        self._writer.stopping.set()
+        self._writer.join(30)
         self.handler.flush()
         self.handler.close()
 
@@ -211,6 +319,7 @@ def configure_logging(
     level: int | str = logging.INFO,
     loggers: Iterable[str] = ("aivitals",),
     queue_size: int = 10_000,
+    flush_interval: float = 0.05,
     log_prompts: bool = False,
     static_fields: Mapping[str, Any] | None = None,
     propagate: bool = False,
@@ -219,6 +328,8 @@ def configure_logging(
     """Write JSON lines from the ``aivitals`` loggers (and ``loggers``) to ``target``.
 
     ``target`` is a file path (appended), a text stream, or a ``logging.Handler``.
+    ``queue_size`` bounds the records waiting for the writer (excess dropped
+    and counted); ``flush_interval`` is how often the writer wakes (seconds).
 
     **Usage**::
 
@@ -228,14 +339,18 @@ def configure_logging(
     """
     if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
         raise ConfigError(f"queue_size must be a positive int, got {queue_size!r}")
+    if not isinstance(flush_interval, int | float) or not 0.001 <= flush_interval <= 10:
+        raise ConfigError(f"flush_interval must be 0.001..10 seconds, got {flush_interval!r}")
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(numeric, int):
         raise ConfigError(f"level must be a logging level, got {level!r}")
     handler = _handler_for(target)
     handler.setFormatter(JsonFormatter(log_prompts=log_prompts, static=static_fields))
-    q: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
-    queue_handler = _DroppingQueueHandler(q, family("aivitals_log_records_dropped_total", registry))
-    listener = _Listener(q, handler)
+    buffer = _Buffer(queue_size)
+    queue_handler = _DroppingQueueHandler(
+        buffer, family("aivitals_log_records_dropped_total", registry)
+    )
+    writer_thread = _Writer(buffer, handler, float(flush_interval))
     attached = []
     for name in loggers:
         logger = logging.getLogger(name)
@@ -243,8 +358,8 @@ def configure_logging(
         logger.addHandler(queue_handler)
         logger.setLevel(numeric)
         logger.propagate = propagate
-    listener.start()
-    writer = LogWriter(handler, queue_handler, listener, attached)
+    writer_thread.start()
+    writer = LogWriter(handler, queue_handler, writer_thread, attached)
     atexit.register(writer.stop)
     return writer
 

@@ -63,6 +63,16 @@ def family(name: str, registry: CollectorRegistry | None = REGISTRY) -> Any:
 
 def _build(name: str, registry: CollectorRegistry | None) -> Any:
     spec = signals.get(name)
+    if spec.type is not signals.MetricType.INFO and not multiprocess_dir():
+        from ._fast import FastFamily
+
+        fast = FastFamily(spec)
+        if registry is not None:
+            try:
+                registry.register(fast)
+            except ValueError:
+                return _existing(registry, name)
+        return fast
     if spec.type is signals.MetricType.GAUGE:
         return signals.metric(
             name, registry=registry, multiprocess_mode=GAUGE_MODES.get(name, "livesum")
@@ -76,4 +86,20 @@ def _build(name: str, registry: CollectorRegistry | None) -> Any:
             registry=registry,
             multiprocess_mode="livemax",
         )
-    return signals.metric(name, registry=registry)
+    try:
+        return signals.metric(name, registry=registry)
+    except ValueError:
+        if registry is None:
+            raise
+        return _existing(registry, name)
+
+
+def _existing(registry: CollectorRegistry, name: str) -> Any:
+    """The family another package (protect, the demo) already registered under ``name``.
+
+    Same catalogue entry, same labels: sharing it is what the catalogue is for.
+    """
+    collector = registry._names_to_collectors.get(name)
+    if collector is None:
+        raise ValueError(f"{name} is registered in a form aivitals cannot share")
+    return collector

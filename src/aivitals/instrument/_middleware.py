@@ -10,7 +10,7 @@ prometheus_client observations.
 from __future__ import annotations
 
 import asyncio
-import os
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -40,6 +40,8 @@ _METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"}
 )
 _ID_CHARS = rb"[A-Za-z0-9._:@/+=\-]"
+#: request ids: unique, not secret; random.Random is seeded from os.urandom once
+_random_bits = random.Random().getrandbits
 _CLIENT_CLOSED = 499  # nginx's convention: the client went away before a response
 _DURATION = "http_request_duration_seconds"
 #: exceptions frameworks raise when the client went away mid-request
@@ -61,8 +63,8 @@ class _RouteChildren:
         self.durations: dict[int, Any] = {}
 
 
-class _Exchange:
-    """What the wrapped receive/send saw of one request."""
+class _Exchange(RequestState):
+    """What the wrapped receive/send saw of one request (and its ``RequestState``)."""
 
     __slots__ = (
         "body_bytes",
@@ -75,7 +77,8 @@ class _Exchange:
         "status",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id)
         self.body_bytes = 0
         self.body_done = False
         self.received_logged = False
@@ -138,8 +141,7 @@ class AivitalsMiddleware:
         rid, rid_raw = self._request_id(scope)
         children = self._route_children(scope)
         children.in_flight.inc()
-        ex = _Exchange()
-        state = RequestState(rid)
+        ex = state = _Exchange(rid)
         tokens = (REQUEST_ID.set(rid), REQUEST_STATE.set(state), ROUTE.set(children.labels[1]))
         logging_on = self.config.lifecycle_logs and LIFECYCLE.isEnabledFor(20)
 
@@ -160,8 +162,8 @@ class AivitalsMiddleware:
             kind = message["type"]
             if kind == "http.response.body":
                 body = message.get("body", b"")
-                if body and not ex.first_byte:
-                    ex.first_byte = time.perf_counter()
+                if body and not ex.first_byte and message.get("more_body", False):
+                    ex.first_byte = time.perf_counter()  # a streamed response's first chunk
                 ex.response_bytes += len(body)
                 if not message.get("more_body", False):
                     ex.response_done = True
@@ -229,7 +231,7 @@ class AivitalsMiddleware:
                 if self._id_ok.match(value):
                     return value.decode("ascii"), bytes(value)
                 break
-        raw = os.urandom(16).hex()
+        raw = f"{_random_bits(128):032x}"  # no syscall per request, unlike os.urandom
         return raw, raw.encode("ascii")
 
     def _route_children(self, scope: Scope) -> _RouteChildren:

@@ -1,0 +1,372 @@
+"""Per-request overhead of aivitals' instrumentation against bare and peer libraries.
+
+Two measurements, both interleaved in one run (the machine is shared, so only
+figures measured side by side mean anything):
+
+1. Micro (in-process, no network): every variant's app is called directly
+   through ASGI, in interleaved blocks; a variant's overhead is the median
+   over blocks of (variant - bare) measured back to back. A log writer is
+   drained inside the timed block, so the background formatting is counted.
+2. HTTP: the same trivial POST endpoint served by uvicorn (uvloop + httptools,
+   one worker pinned to core 0), load from ``wrk`` pinned to core 1, >= 3
+   interleaved rounds. overhead_us = 1e6/rps_variant - 1e6/rps_bare.
+
+Variants: bare, prometheus-fastapi-instrumentator, starlette-exporter,
+OpenTelemetry FastAPI instrumentation, aivitals metrics (+ request id + body
+size), aivitals full (+ received/responded JSON lines written to a file).
+
+Run: ``.venv/bin/python benchmarks/instrument_overhead.py``. Ends with
+``RESULT metrics_us=... full_us=... instrumentator_us=... starlette_exporter_us=...
+otel_us=... full_throughput_ratio=...`` (HTTP figures; ``micro_*`` keys too)
+and writes ``benchmarks/results/instrument_overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+RESULTS = ROOT / "benchmarks" / "results" / "instrument_overhead.json"
+VARIANTS = (
+    "bare",
+    "instrumentator",
+    "starlette_exporter",
+    "otel",
+    "aivitals_metrics",
+    "aivitals_full",
+)
+BODY = b'{"prompt": "hello world, how are you today?"}'
+LUA = f"""wrk.method = "POST"
+wrk.body = '{BODY.decode()}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+SCOPE = {
+    "type": "http",
+    "asgi": {"version": "3.0"},
+    "http_version": "1.1",
+    "method": "POST",
+    "scheme": "http",
+    "path": "/echo",
+    "raw_path": b"/echo",
+    "query_string": b"",
+    "root_path": "",
+    "headers": [
+        (b"host", b"t"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(BODY)).encode()),
+    ],
+    "client": ("127.0.0.1", 1),
+    "server": ("127.0.0.1", 80),
+}
+
+
+# ---- the apps ---------------------------------------------------------------------------
+def build_app(variant: str, log_dir: str, *, own_registry: bool = False) -> tuple[Any, Any]:
+    """The FastAPI app of one variant, and its log writer (aivitals_full) or None.
+
+    ``own_registry`` gives the Prometheus-based variants a private registry so
+    all of them can live in one process (the in-process benchmark).
+    """
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    app = FastAPI()
+    registry = CollectorRegistry() if own_registry else REGISTRY
+    writer = None
+
+    @app.post("/echo")
+    async def echo(request: Request) -> JSONResponse:
+        body = await request.body()
+        return JSONResponse({"n": len(body)})
+
+    if variant == "instrumentator":
+        from prometheus_fastapi_instrumentator import Instrumentator
+
+        Instrumentator(registry=registry).instrument(app).expose(app)
+    elif variant == "starlette_exporter":
+        from starlette_exporter import PrometheusMiddleware, handle_metrics
+
+        app.add_middleware(PrometheusMiddleware)
+        app.add_route("/metrics", handle_metrics)
+    elif variant == "otel":
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+
+        FastAPIInstrumentor.instrument_app(
+            app, tracer_provider=TracerProvider(), meter_provider=MeterProvider()
+        )
+    elif variant in ("aivitals_metrics", "aivitals_full"):
+        import aivitals
+
+        full = variant == "aivitals_full"
+        aivitals.instrument(app, lifecycle_logs=full, registry=registry)
+        if full:
+            path = os.path.join(log_dir, f"aivitals-bench-{os.getpid()}.jsonl")
+            writer = aivitals.instrument.configure_logging(path, registry=registry)
+    elif variant != "bare":
+        raise SystemExit(f"unknown variant {variant!r}")
+    return app, writer
+
+
+def serve(variant: str, port: int, log_dir: str) -> None:
+    import uvicorn
+
+    app, _ = build_app(variant, log_dir)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+    )
+
+
+# ---- in-process measurement -----------------------------------------------------------
+async def _call(app: Any) -> None:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    await app(dict(SCOPE), receive, send)
+
+
+async def _block(app: Any, writer: Any, calls: int) -> float:
+    """Seconds per call over ``calls`` calls; a log writer is drained inside the timing."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        await _call(app)
+    if writer is not None:
+        writer.flush()  # the formatting and writing the background thread would do
+    return (time.perf_counter() - t0) / calls
+
+
+def micro_benchmark(blocks: int, calls: int) -> dict[str, dict[str, float]]:
+    log_dir = tempfile.mkdtemp(prefix="aivitals-micro-")
+    apps = {v: build_app(v, log_dir, own_registry=True) for v in VARIANTS}
+
+    async def run() -> dict[str, list[float]]:
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for app, writer in apps.values():
+            await _block(app, writer, 300)  # warm up
+        for b in range(blocks):
+            shift = b % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                times[variant].append(await _block(*apps[variant], calls))
+        return times
+
+    try:
+        times = asyncio.run(run())
+    finally:
+        for _, writer in apps.values():
+            if writer is not None:
+                writer.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)
+    out = {}
+    for v in VARIANTS:
+        diffs = [(x - b) * 1e6 for x, b in zip(times[v], times["bare"], strict=True)]
+        out[v] = {
+            "us_per_request": statistics.median(times[v]) * 1e6,
+            "overhead_us": statistics.median(diffs),
+        }
+    return out
+
+
+# ---- HTTP measurement -------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(variant: str, log_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    cmd = ["taskset", "-c", "0", sys.executable, __file__, "--serve", variant]
+    cmd += ["--port", str(port), "--log-dir", log_dir]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+    stop_server(proc)
+    raise SystemExit(f"{variant}: server did not start")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _ms(text: str) -> float:
+    match = re.match(r"([\d.]+)(us|ms|s)", text)
+    return float(match.group(1)) * _UNITS[match.group(2)] if match else float("nan")
+
+
+def _find(pattern: str, text: str) -> str:
+    match = re.search(pattern, text)
+    if match is None:
+        raise SystemExit(f"wrk output without {pattern!r}:\n{text}")
+    return match.group(1)
+
+
+def run_wrk(port: int, duration: float, connections: int, script: str) -> dict[str, float]:
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{duration}s"]
+    cmd += ["--latency", "-s", script, f"http://127.0.0.1:{port}/echo"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "rps": float(_find(r"Requests/sec:\s+([\d.]+)", out)),
+        "p50_ms": _ms(_find(r"50%\s+(\S+)", out)),
+        "p99_ms": _ms(_find(r"99%\s+(\S+)", out)),
+        "non2xx": float(errors.group(1)) if errors else 0.0,
+    }
+
+
+def http_benchmark(rounds: int, duration: float, connections: int) -> dict[str, dict[str, Any]]:
+    if not shutil.which("wrk") or not shutil.which("taskset"):
+        raise SystemExit("wrk and taskset are needed: apt-get install wrk util-linux")
+    log_dir = tempfile.mkdtemp(prefix="aivitals-bench-")
+    script = os.path.join(log_dir, "post.lua")
+    Path(script).write_text(LUA)
+    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    try:
+        for v in VARIANTS:
+            servers[v] = start_server(v, log_dir)
+            run_wrk(servers[v][1], 1, connections, script)  # warm up
+        for r in range(rounds):
+            order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
+            for v in order:
+                runs[v].append(run_wrk(servers[v][1], duration, connections, script))
+                print(f"  round {r + 1} {v:20s} {runs[v][-1]['rps']:9.0f} req/s", flush=True)
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    out: dict[str, dict[str, Any]] = {}
+    for v in VARIANTS:
+        out[v] = {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]}
+        out[v]["rounds_rps"] = [r["rps"] for r in runs[v]]
+    bare = out["bare"]["rps"]
+    for v in VARIANTS:
+        out[v]["overhead_us"] = 1e6 / out[v]["rps"] - 1e6 / bare
+        out[v]["throughput_ratio"] = out[v]["rps"] / bare
+    return out
+
+
+# ---- report ---------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description="aivitals instrumentation overhead")
+    parser.add_argument("--rounds", type=int, default=3, help="HTTP rounds (>= 3)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--blocks", type=int, default=40, help="in-process blocks per variant")
+    parser.add_argument("--calls", type=int, default=500, help="in-process calls per block")
+    parser.add_argument("--skip-http", action="store_true", help="micro only (no JSON written)")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--log-dir", default=tempfile.gettempdir(), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.log_dir)
+        return
+    if args.rounds < 3:
+        raise SystemExit("--rounds must be at least 3")
+    print(f"in-process: {args.blocks} interleaved blocks x {args.calls} direct ASGI calls")
+    micro = micro_benchmark(args.blocks, args.calls)
+    print(f"\n{'variant':22s} {'us/request':>11s} {'overhead us':>12s}")
+    for v in VARIANTS:
+        print(f"{v:22s} {micro[v]['us_per_request']:11.1f} {micro[v]['overhead_us']:12.1f}")
+    if args.skip_http:
+        return
+    print(
+        f"\nHTTP: {args.rounds} interleaved rounds x {args.duration}s per variant "
+        f"(uvicorn on core 0, wrk -c{args.connections} on core 1)"
+    )
+    http = http_benchmark(args.rounds, args.duration, args.connections)
+    print(f"\n{'variant':22s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'overhead us':>12s}")
+    for v in VARIANTS:
+        h = http[v]
+        print(
+            f"{v:22s} {h['rps']:9.0f} {h['p50_ms']:8.3f} {h['p99_ms']:8.3f} "
+            f"{h['overhead_us']:12.1f}"
+        )
+    names = {
+        "metrics": "aivitals_metrics",
+        "full": "aivitals_full",
+        "instrumentator": "instrumentator",
+        "starlette_exporter": "starlette_exporter",
+        "otel": "otel",
+    }
+    result: dict[str, float] = {
+        f"{k}_us": round(http[v]["overhead_us"], 2) for k, v in names.items()
+    }
+    result["full_throughput_ratio"] = round(http["aivitals_full"]["throughput_ratio"], 3)
+    result |= {f"micro_{k}_us": round(micro[v]["overhead_us"], 2) for k, v in names.items()}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "result": result,
+        "http": http,
+        "micro": micro,
+        "config": {
+            "rounds": args.rounds,
+            "duration_s": args.duration,
+            "connections": args.connections,
+            "micro_blocks": args.blocks,
+            "micro_calls": args.calls,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        },
+        "note": "shared 2-core machine with other work running: absolute numbers are noisy; "
+        "compare variants of the same run",
+    }
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    print("\nRESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
