@@ -128,17 +128,17 @@ def build_app(protected: bool) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] == "/stats":
+        if scope["path"] == "/stats":  # peaks since the last call, then reset
             ctl = state["controller"]
-            await send_json(
-                send,
-                200,
-                {
-                    "jobs_peak": model.peak,
-                    "queue_peak": ctl.queue_peak if ctl else None,
-                    "limit": ctl.limit if ctl else None,
-                },
-            )
+            stats = {
+                "jobs_peak": model.peak,
+                "queue_peak": ctl.queue_peak if ctl else None,
+                "limit": ctl.limit if ctl else None,
+            }
+            model.peak = model.active
+            if ctl is not None:
+                ctl.queue_peak = ctl.queue_length
+            await send_json(send, 200, stats)
             return
         await receive()
         await model.run(BASE * rng.uniform(0.5, 1.5))
@@ -316,24 +316,21 @@ async def sample_rss(server: Server, into: list[float], stop: asyncio.Event) -> 
 
 
 def run_level(
-    protected: bool, load: float, capacity: float, deadline: float
+    server: Server, protected: bool, load: float, capacity: float, deadline: float
 ) -> tuple[Level, list[Outcome]]:
-    server = Server(protected)
-    try:
-        rss: list[float] = []
+    rss: list[float] = []
+    server.stats()  # reset the peaks
 
-        async def drive() -> list[Outcome]:
-            stop = asyncio.Event()
-            sampler = asyncio.create_task(sample_rss(server, rss, stop))
-            outcomes = await open_loop(server.url, load * capacity, LEVEL_SECONDS, deadline)
-            stop.set()
-            await sampler
-            return outcomes
+    async def drive() -> list[Outcome]:
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(sample_rss(server, rss, stop))
+        outcomes = await open_loop(server.url, load * capacity, LEVEL_SECONDS, deadline)
+        stop.set()
+        await sampler
+        return outcomes
 
-        outcomes = asyncio.run(drive())
-        stats = server.stats()
-    finally:
-        server.stop()
+    outcomes = asyncio.run(drive())
+    stats = server.stats()
     t0 = min(o.sent_at for o in outcomes)
     scored = [o for o in outcomes if o.sent_at - t0 >= WARMUP_SECONDS]
     span = LEVEL_SECONDS - WARMUP_SECONDS
@@ -429,6 +426,27 @@ def calibrate() -> tuple[float, float]:
     return capacity, unloaded_p99
 
 
+def run_mode(protected: bool, capacity: float, deadline: float) -> list[Level]:
+    """Every load level; one protected server throughout (its limit adapts as in
+    production), a fresh bare server per level (its backlog would never drain)."""
+    levels = []
+    shared = Server(protected=True) if protected else None
+    try:
+        for load in LEVELS:
+            server = shared or Server(protected=False)
+            try:
+                level, _ = run_level(server, protected, load, capacity, deadline)
+            finally:
+                if shared is None:
+                    server.stop()
+            levels.append(level)
+            print_row(level)
+    finally:
+        if shared is not None:
+            shared.stop()
+    return levels
+
+
 def main() -> None:
     began = time.monotonic()
     capacity, unloaded_p99 = calibrate()
@@ -439,12 +457,7 @@ def main() -> None:
         f"deadline {deadline * 1000:.0f} ms; {LEVEL_SECONDS:g} s per level "
         "(shared machine: noisy)"
     )
-    levels: list[Level] = []
-    for protected in (True, False):
-        for load in LEVELS:
-            level, _ = run_level(protected, load, capacity, deadline)
-            levels.append(level)
-            print_row(level)
+    levels = run_mode(True, capacity, deadline) + run_mode(False, capacity, deadline)
     refusal_us = refusal_cost_us()
     with_3x = next(lv for lv in levels if lv.mode == "admission" and lv.load == 3.0)
     bare_3x = next(lv for lv in levels if lv.mode == "bare" and lv.load == 3.0)

@@ -348,3 +348,11 @@ def test_gradient_limit_baseline_forgets_after_the_horizon() -> None:
 def test_gradient_limit_rejects_bad_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         GradientLimit(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_an_idle_service_admits_even_after_learning_slow_latencies() -> None:
+    # Otherwise an estimate learnt under overload would refuse everything forever.
+    ctl = controller(initial_limit=1, queue_size=4)
+    await learn_latency(ctl, 0.05, n=3)
+    async with ctl.admit(timeout=0.01):
+        pass

@@ -86,7 +86,7 @@ class AdmissionConfig:
     HTTP: header names and the JSON fields that carry ``max_new_tokens``.
     """
 
-    initial_limit: int = 16
+    initial_limit: int = 4
     min_limit: int = 1
     max_limit: int = 256
     tolerance: float = 1.5
@@ -423,6 +423,10 @@ class AdmissionController:
         must_queue = self._queued > 0 or self.in_flight >= self.limit
         if must_queue and self._queued >= cfg.queue_size and not any(self._queues[level + 1 :]):
             raise self._refused("queue_full", f"admission queue full ({cfg.queue_size})")
+        if self.in_flight == 0 and self._queued == 0:
+            # Idle: run it. Refusing on an estimate learnt under load would refuse
+            # forever, since nothing admitted means no new latency to learn from.
+            return
         wait = self.predicted_wait(level)
         if wait + self._service_estimate > deadline - now:
             raise self._refused(

@@ -17,7 +17,7 @@ adaptive-concurrency filter does, from the lowest latency seen:
 
 **Usage**::
 
-    limit = GradientLimit(initial=16, floor=2, ceiling=256)
+    limit = GradientLimit(initial=4, floor=1, ceiling=256)
     limit.on_sample(latency_seconds, in_flight, now)
     limit.limit   # the concurrency allowed now
 """
@@ -38,7 +38,7 @@ class GradientLimit:
     def __init__(
         self,
         *,
-        initial: float = 16,
+        initial: float = 4,
         floor: float = 1,
         ceiling: float = 256,
         tolerance: float = 1.5,
