@@ -18,7 +18,7 @@ import promql_parser as pp
 from ..errors import QueryError, UnsupportedQueryError
 from ._engine import Context, evaluate, expect_scalar, expect_vector
 from ._series import Labels
-from ._values import Floats, Mask, Vec, VecSeries
+from ._values import Floats, Ints, Vec
 
 __all__ = ["aggregate", "quantile"]
 
@@ -35,23 +35,20 @@ def aggregate(ctx: Context, node: Any) -> Vec:
     param = None
     if node.param is not None:
         param = expect_scalar(ctx, evaluate(ctx, node.param), f"parameter of {op!r}")
-    groups = _groups(vec, by, names)
+    keys, gid = _groups(vec, by, names)
     if op in ("topk", "bottomk"):
         assert param is not None
-        return _topk(ctx, groups, param, op == "topk")
-    out: list[VecSeries] = []
-    for labels, members in groups.items():
-        present = np.zeros(ctx.n, dtype=bool)
-        for s in members:
-            present |= s.m
-        if op == "quantile":
-            assert param is not None
-            value = _quantile_groups(members, param, ctx.n)
-        else:
-            assert handler is not None
-            value = handler(members, ctx.n)
-        out.append(VecSeries(labels, value, present))
-    return Vec(out)
+        return _topk(ctx, vec, gid, len(keys), param, op == "topk")
+    n_groups = len(keys)
+    present = np.zeros((n_groups, ctx.n), dtype=bool)
+    np.logical_or.at(present, gid, vec.m)
+    if op == "quantile":
+        assert param is not None
+        value = _quantile_groups(vec, gid, n_groups, param)
+    else:
+        assert handler is not None
+        value = handler(vec, gid, n_groups)
+    return Vec(keys, value, present)
 
 
 def _grouping(modifier: Any) -> tuple[bool, frozenset[str]]:
@@ -66,79 +63,67 @@ def group_labels(labels: Labels, by: bool, names: frozenset[str]) -> Labels:
     return tuple(p for p in labels if p[0] not in names and p[0] != "__name__")
 
 
-def _groups(vec: Vec, by: bool, names: frozenset[str]) -> dict[Labels, list[VecSeries]]:
-    groups: dict[Labels, list[VecSeries]] = {}
-    for s in vec.series:
-        groups.setdefault(group_labels(s.labels, by, names), []).append(s)
-    return groups
+def _groups(vec: Vec, by: bool, names: frozenset[str]) -> tuple[list[Labels], Ints]:
+    index: dict[Labels, int] = {}
+    gid = np.empty(len(vec), dtype=np.int64)
+    for i, lb in enumerate(vec.labels):
+        gid[i] = index.setdefault(group_labels(lb, by, names), len(index))
+    return list(index), gid
 
 
-def _sum(members: list[VecSeries], n: int) -> Floats:
-    acc = np.zeros(n)
-    started = np.zeros(n, dtype=bool)
-    for s in members:
-        acc = np.where(s.m, np.where(started, acc + s.v, s.v), acc)
-        started |= s.m
+def _zeros(vec: Vec, n_groups: int) -> Floats:
+    return np.zeros((n_groups, vec.v.shape[1]))
+
+
+def _sum(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    acc = _zeros(vec, n_groups)
+    np.add.at(acc, gid, np.where(vec.m, vec.v, 0.0))
     return acc
 
 
-def _count(members: list[VecSeries], n: int) -> Floats:
-    acc = np.zeros(n)
-    for s in members:
-        acc += s.m
+def _count(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    acc = _zeros(vec, n_groups)
+    np.add.at(acc, gid, vec.m.astype(np.float64))
     return acc
 
 
-def _group(members: list[VecSeries], n: int) -> Floats:
-    return np.ones(n)
+def _group(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    return np.ones((n_groups, vec.v.shape[1]))
 
 
-def _avg(members: list[VecSeries], n: int) -> Floats:
-    mean = np.zeros(n)
-    count = np.zeros(n)
-    for s in members:
-        count = count + s.m
-        first = s.m & (count == 1)
-        inf_mean = np.isinf(mean)
-        # Once the mean is infinite only an opposite infinity (or NaN) can change it.
-        hold = inf_mean & ((np.isinf(s.v) & ((mean > 0) == (s.v > 0))) | np.isfinite(s.v))
-        step = mean + (s.v / count - mean / count)
-        mean = np.where(first, s.v, np.where(s.m & ~hold, step, mean))
+def _avg(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    mean: Floats = _sum(vec, gid, n_groups) / _count(vec, gid, n_groups)
     return mean
 
 
-def _minmax(pick: Callable[[Floats, Floats], Floats]) -> Callable[[list[VecSeries], int], Floats]:
-    def run(members: list[VecSeries], n: int) -> Floats:
-        acc = np.full(n, np.nan)
-        for s in members:
-            acc = np.where(s.m, pick(acc, s.v), acc)
+def _minmax(pick: Any) -> Callable[[Vec, Ints, int], Floats]:
+    def run(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+        acc = np.full((n_groups, vec.v.shape[1]), np.nan)
+        # NaN loses to any number (fmin/fmax), as Prometheus's min/max ignore NaN
+        pick.at(acc, gid, np.where(vec.m, vec.v, np.nan))
         return acc
 
     return run
 
 
-def _welford(members: list[VecSeries], n: int) -> tuple[Floats, Floats]:
-    count = np.zeros(n)
-    mean = np.zeros(n)
-    m2 = np.zeros(n)
-    for s in members:
-        count = count + s.m
-        delta = s.v - mean
-        new_mean = mean + delta / count
-        m2 = np.where(s.m, m2 + delta * (s.v - new_mean), m2)
-        mean = np.where(s.m, new_mean, mean)
-    return m2 / count, count
+def _stdvar(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    count = _count(vec, gid, n_groups)
+    mean = _sum(vec, gid, n_groups) / count
+    dev = np.where(vec.m, vec.v - mean[gid], 0.0)
+    acc = _zeros(vec, n_groups)
+    np.add.at(acc, gid, dev * dev)
+    # Welford (Prometheus) gives exactly 0 for equal values; two passes might not.
+    lo, hi = _minmax(np.fmin)(vec, gid, n_groups), _minmax(np.fmax)(vec, gid, n_groups)
+    variance: Floats = np.where(lo == hi, 0.0, acc / count)
+    return variance
 
 
-def _stdvar(members: list[VecSeries], n: int) -> Floats:
-    return _welford(members, n)[0]
+def _stddev(vec: Vec, gid: Ints, n_groups: int) -> Floats:
+    std: Floats = np.sqrt(_stdvar(vec, gid, n_groups))
+    return std
 
 
-def _stddev(members: list[VecSeries], n: int) -> Floats:
-    return np.sqrt(_welford(members, n)[0])
-
-
-_SIMPLE: dict[str, Callable[[list[VecSeries], int], Floats]] = {
+_SIMPLE: dict[str, Callable[[Vec, Ints, int], Floats]] = {
     "sum": _sum,
     "count": _count,
     "group": _group,
@@ -168,31 +153,34 @@ def quantile(q: float, values: list[float]) -> float:
     return ordered[lower] * (1 - weight) + ordered[upper] * weight
 
 
-def _quantile_groups(members: list[VecSeries], q: Floats, n: int) -> Floats:
-    out = np.full(n, np.nan)
-    for i in range(n):
-        vals = [float(s.v[i]) for s in members if s.m[i]]
-        if vals:
-            out[i] = quantile(float(q[i]), vals)
+def _quantile_groups(vec: Vec, gid: Ints, n_groups: int, q: Floats) -> Floats:
+    out = np.full((n_groups, vec.v.shape[1]), np.nan)
+    members: list[list[int]] = [[] for _ in range(n_groups)]
+    for i, g in enumerate(gid.tolist()):
+        members[g].append(i)
+    for g, rows in enumerate(members):
+        for j in range(vec.v.shape[1]):
+            vals = [float(vec.v[i, j]) for i in rows if vec.m[i, j]]
+            if vals:
+                out[g, j] = quantile(float(q[j]), vals)
     return out
 
 
-def _topk(ctx: Context, groups: dict[Labels, list[VecSeries]], k: Floats, top: bool) -> Vec:
-    keep: dict[int, Mask] = {}
-    everyone: list[VecSeries] = [s for members in groups.values() for s in members]
-    index = {id(s): i for i, s in enumerate(everyone)}
-    for members in groups.values():
-        for step in range(ctx.n):
-            kk = _k_value(ctx, float(k[step]))
-            present = [s for s in members if s.m[step]]
-            if kk < 1 or not present:
-                continue
-            present.sort(key=lambda s: _rank_key(float(s.v[step]), top), reverse=top)
-            for s in present[:kk]:
-                i = index[id(s)]
-                keep.setdefault(i, np.zeros(ctx.n, dtype=bool))[step] = True
-    out = [VecSeries(everyone[i].labels, everyone[i].v, m) for i, m in sorted(keep.items())]
-    return Vec(out)
+def _topk(ctx: Context, vec: Vec, gid: Ints, n_groups: int, k: Floats, top: bool) -> Vec:
+    keep = np.zeros(vec.m.shape, dtype=bool)
+    members: list[list[int]] = [[] for _ in range(n_groups)]
+    for i, g in enumerate(gid.tolist()):
+        members[g].append(i)
+    for step in range(ctx.n):
+        kk = _k_value(ctx, float(k[step]))
+        if kk < 1:
+            continue
+        col_v, col_m = vec.v[:, step].tolist(), vec.m[:, step].tolist()
+        for rows in members:
+            present = [i for i in rows if col_m[i]]
+            present.sort(key=lambda i: _rank_key(col_v[i], top), reverse=top)
+            keep[present[:kk], step] = True
+    return Vec(vec.labels, vec.v, keep).nonempty()
 
 
 def _k_value(ctx: Context, k: float) -> int:
@@ -213,16 +201,19 @@ def _count_values(ctx: Context, node: Any, vec: Vec, by: bool, names: frozenset[
     label = getattr(param, "s", None)
     if not isinstance(label, str):
         raise QueryError("count_values needs a string label name", expr=ctx.expr)
-    if not label.replace("_", "a").isalnum() or label[0].isdigit():
+    if not label or not label.replace("_", "a").isalnum() or label[0].isdigit():
         raise QueryError(f"invalid label name {label!r} for count_values", expr=ctx.expr)
     counts: dict[Labels, Floats] = {}
-    for s in vec.series:
-        base = dict(group_labels(s.labels, by, names))
-        for step in np.flatnonzero(s.m):
-            base[label] = format_value(float(s.v[step]))
+    for i, lb in enumerate(vec.labels):
+        base = dict(group_labels(lb, by, names))
+        for step in np.flatnonzero(vec.m[i]).tolist():
+            base[label] = format_value(float(vec.v[i, step]))
             key = tuple(sorted(base.items()))
             counts.setdefault(key, np.zeros(ctx.n))[step] += 1
-    return Vec([VecSeries(lb, c, c > 0) for lb, c in counts.items()])
+    if not counts:
+        return Vec.empty(ctx.n)
+    values = np.array(list(counts.values()))
+    return Vec(list(counts), values, values > 0)
 
 
 def format_value(v: float) -> str:

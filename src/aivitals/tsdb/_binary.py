@@ -17,7 +17,7 @@ import promql_parser as pp
 from ..errors import QueryError, UnsupportedQueryError
 from ._engine import Context, evaluate
 from ._series import Labels
-from ._values import Floats, Mask, Scalar, Value, Vec, VecSeries, drop_name, merge_same_labels
+from ._values import Floats, Ints, Mask, Scalar, Value, Vec, drop_name, merge_same_labels
 
 __all__ = ["binary"]
 
@@ -75,26 +75,25 @@ def _scalar_op(op: str, a: Floats, b: Floats, ctx: Context) -> Floats:
 def _elem(op: str, lv: Floats, rv: Floats) -> tuple[Floats, Mask]:
     """Prometheus's vectorElemBinop: the value and whether the element is kept."""
     if op in _ARITH:
-        return _ARITH[op](lv, rv), np.ones(len(lv), dtype=bool)
+        value = _ARITH[op](lv, rv)
+        return value, np.ones(np.shape(value), dtype=bool)
     return lv, _COMPARE[op](lv, rv)
 
 
 def _vector_scalar(op: str, vec: Vec, sv: Floats, return_bool: bool, *, swap: bool) -> Value:
     if op in _SET_OPS:
         raise QueryError(f"set operator {op!r} not allowed between a vector and a scalar")
-    out = []
-    for s in vec.series:
-        lv, rv = (sv, s.v) if swap else (s.v, sv)
-        value, keep = _elem(op, lv, rv)
-        if op in _COMPARE and swap:
-            value = rv  # the vector's value is kept even when it is on the right
-        if return_bool:
-            value, keep = keep.astype(np.float64), np.ones(len(keep), dtype=bool)
-        labels = drop_name(s.labels) if (op in _DROPS_NAME or return_bool) else s.labels
-        m = s.m & keep
-        if m.any():
-            out.append(VecSeries(labels, value, m))
-    return Vec(merge_same_labels(out))
+    other = np.broadcast_to(sv[None, :], vec.v.shape)
+    lv, rv = (other, vec.v) if swap else (vec.v, other)
+    value, keep = _elem(op, lv, rv)
+    if op in _COMPARE and swap:
+        value = rv  # the vector's value is kept even when it is on the right
+    if return_bool:
+        value, keep = keep.astype(np.float64), np.ones(keep.shape, dtype=bool)
+    drop = op in _DROPS_NAME or return_bool
+    labels = [drop_name(lb) for lb in vec.labels] if drop else vec.labels
+    out = Vec(labels, np.array(value, dtype=np.float64), vec.m & keep).nonempty()
+    return merge_same_labels(out)
 
 
 def _signature(labels: Labels, on: bool, names: frozenset[str]) -> Labels:
@@ -127,38 +126,30 @@ def _vector_vector(ctx: Context, op: str, mod: Any, lhs: Vec, rhs: Vec, return_b
     if card == "many-to-many":
         raise QueryError(f"operator {op!r} cannot use many-to-many matching", expr=ctx.expr)
     many, one = (rhs, lhs) if card == "one-to-many" else (lhs, rhs)
-    ones = _one_side(ctx, one, on, names, card)
-    out: list[VecSeries] = []
-    matched: dict[Labels, Mask] = {}
-    for s in many.series:
-        sig = _signature(s.labels, on, names)
-        found = ones.get(sig)
-        if found is None:
-            continue
-        one_v, one_m, one_labels = found
-        m = s.m & one_m
-        if not m.any():
-            continue
-        if card == "one-to-one":
-            prev = matched.get(sig)
-            if prev is not None and np.any(prev & m):
-                raise QueryError(
-                    "multiple matches for labels: many-to-one matching must be explicit "
-                    "(group_left/group_right)",
-                    expr=ctx.expr,
-                )
-            matched[sig] = m if prev is None else (prev | m)
-        lv, rv = (one_v, s.v) if card == "one-to-many" else (s.v, one_v)
-        value, keep = _elem(op, lv, rv)
-        if return_bool:
-            value, keep = keep.astype(np.float64), np.ones(ctx.n, dtype=bool)
-        m &= keep
-        if not m.any():
-            continue
-        labels = _result_labels(s.labels, one_labels, op, return_bool, card, on, names, group)
-        out.append(VecSeries(labels, value, m))
+    one_sigs, one_v, one_m, one_labels = _one_side(ctx, one, on, names, card)
+    sigs = [_signature(lb, on, names) for lb in many.labels]
+    idx = np.array([one_sigs.get(sig, -1) for sig in sigs], dtype=np.int64)
+    rows = np.flatnonzero(idx >= 0)
+    if len(rows) == 0:
+        return Vec.empty(ctx.n)
+    many = many.keep(rows)
+    sigs = [sigs[i] for i in rows.tolist()]
+    idx = idx[rows]
+    m = many.m & one_m[idx]
+    if card == "one-to-one":
+        _check_one_to_one(ctx, idx, m, len(one_sigs))
+    ov = one_v[idx]
+    lv, rv = (ov, many.v) if card == "one-to-many" else (many.v, ov)
+    value, keep = _elem(op, lv, rv)
+    if return_bool:
+        value, keep = keep.astype(np.float64), np.ones(keep.shape, dtype=bool)
+    labels = [
+        _result_labels(lb, one_labels[j], op, return_bool, card, on, names, group)
+        for lb, j in zip(many.labels, idx.tolist(), strict=True)
+    ]
+    out = Vec(labels, np.array(value, dtype=np.float64), m & keep).nonempty()
     try:
-        return Vec(merge_same_labels(out))
+        return merge_same_labels(out)
     except QueryError:
         raise QueryError(
             "multiple matches for labels: grouping labels must ensure unique matches",
@@ -166,33 +157,56 @@ def _vector_vector(ctx: Context, op: str, mod: Any, lhs: Vec, rhs: Vec, return_b
         ) from None
 
 
+def _check_one_to_one(ctx: Context, idx: Ints, m: Mask, n_groups: int) -> None:
+    counts = np.zeros((n_groups, m.shape[1]), dtype=np.int64)
+    np.add.at(counts, idx, m)
+    if (counts > 1).any():
+        raise QueryError(
+            "multiple matches for labels: many-to-one matching must be explicit "
+            "(group_left/group_right)",
+            expr=ctx.expr,
+        )
+
+
 def _one_side(
     ctx: Context, one: Vec, on: bool, names: frozenset[str], card: str
-) -> dict[Labels, tuple[Floats, Mask, Labels]]:
-    """Per signature, the "one" side's value at each step; two at one step is an error."""
-    out: dict[Labels, tuple[Floats, Mask, Labels]] = {}
-    for s in one.series:
-        sig = _signature(s.labels, on, names)
-        prev = out.get(sig)
-        if prev is None:
-            out[sig] = (s.v, s.m, s.labels)
-            continue
-        if np.any(prev[1] & s.m):
-            side = "left" if card == "one-to-many" else "right"
-            raise QueryError(
-                f"found duplicate series for the match group {dict(sig)} on the {side} "
-                "hand-side of the operation; many-to-many matching not allowed: "
-                "matching labels must be unique on one side",
-                expr=ctx.expr,
-            )
-        if prev[2] != s.labels and card != "one-to-one":
-            # Differently labelled series take turns: group labels may differ by step.
-            raise UnsupportedQueryError(
-                "group_left/group_right where the 'one' side changes series over the range",
-                expr=ctx.expr,
-            )
-        out[sig] = (np.where(s.m, s.v, prev[0]), prev[1] | s.m, prev[2])
-    return out
+) -> tuple[dict[Labels, int], Floats, Mask, list[Labels]]:
+    """The "one" side per signature: values per step; two at one step is an error."""
+    groups: dict[Labels, list[int]] = {}
+    for i, lb in enumerate(one.labels):
+        groups.setdefault(_signature(lb, on, names), []).append(i)
+    sigs: dict[Labels, int] = {}
+    vs: list[Floats] = []
+    ms: list[Mask] = []
+    labels: list[Labels] = []
+    for sig, rows in groups.items():
+        m = one.m[rows]
+        if len(rows) > 1:
+            if (m.sum(axis=0) > 1).any():
+                side = "left" if card == "one-to-many" else "right"
+                raise QueryError(
+                    f"found duplicate series for the match group {dict(sig)} on the {side} "
+                    "hand-side of the operation; many-to-many matching not allowed: "
+                    "matching labels must be unique on one side",
+                    expr=ctx.expr,
+                )
+            if card != "one-to-one" and len({one.labels[r] for r in rows}) > 1:
+                # Differently labelled series take turns: group labels would vary by step.
+                raise UnsupportedQueryError(
+                    "group_left/group_right where the 'one' side changes series over the range",
+                    expr=ctx.expr,
+                )
+        v = one.v[rows[0]].copy()
+        for r in rows[1:]:
+            v = np.where(one.m[r], one.v[r], v)
+        sigs[sig] = len(labels)
+        vs.append(v)
+        ms.append(np.asarray(m.any(axis=0), dtype=bool))
+        labels.append(one.labels[rows[0]])
+    n = ctx.n
+    v_arr = np.array(vs).reshape(len(labels), n)
+    m_arr = np.array(ms, dtype=bool).reshape(len(labels), n)
+    return sigs, v_arr, m_arr, labels
 
 
 def _result_labels(
@@ -224,28 +238,27 @@ def _result_labels(
     return tuple(sorted(lab.items()))
 
 
-def _set_op(op: str, lhs: Vec, rhs: Vec, on: bool, names: frozenset[str], n: int) -> Vec:
-    def presence(vec: Vec) -> dict[Labels, Mask]:
-        acc: dict[Labels, Mask] = {}
-        for s in vec.series:
-            sig = _signature(s.labels, on, names)
-            acc[sig] = acc[sig] | s.m if sig in acc else s.m
-        return acc
+def _presence(vec: Vec, on: bool, names: frozenset[str]) -> tuple[list[Labels], dict[Labels, Mask]]:
+    sigs = [_signature(lb, on, names) for lb in vec.labels]
+    acc: dict[Labels, Mask] = {}
+    for sig, m in zip(sigs, vec.m, strict=True):
+        acc[sig] = acc[sig] | m if sig in acc else m
+    return sigs, acc
 
+
+def _set_op(op: str, lhs: Vec, rhs: Vec, on: bool, names: frozenset[str], n: int) -> Vec:
     none = np.zeros(n, dtype=bool)
     if op == "or":
-        left = presence(lhs)
-        out = list(lhs.series)
-        for s in rhs.series:
-            m = s.m & ~left.get(_signature(s.labels, on, names), none)
-            if m.any():
-                out.append(VecSeries(s.labels, s.v, m))
-        return Vec(merge_same_labels(out))
-    right = presence(rhs)
-    out = []
-    for s in lhs.series:
-        other = right.get(_signature(s.labels, on, names), none)
-        m = s.m & other if op == "and" else s.m & ~other
-        if m.any():
-            out.append(VecSeries(s.labels, s.v, m))
-    return Vec(out)
+        _, left = _presence(lhs, on, names)
+        rsigs = [_signature(lb, on, names) for lb in rhs.labels]
+        block = np.array([left.get(sig, none) for sig in rsigs], dtype=bool).reshape(len(rhs), n)
+        extra = Vec(rhs.labels, rhs.v, rhs.m & ~block).nonempty()
+        out = Vec(
+            lhs.labels + extra.labels, np.vstack([lhs.v, extra.v]), np.vstack([lhs.m, extra.m])
+        )
+        return merge_same_labels(out)
+    lsigs = [_signature(lb, on, names) for lb in lhs.labels]
+    _, right = _presence(rhs, on, names)
+    other = np.array([right.get(sig, none) for sig in lsigs], dtype=bool).reshape(len(lhs), n)
+    m = lhs.m & other if op == "and" else lhs.m & ~other
+    return Vec(lhs.labels, lhs.v, m).nonempty()

@@ -22,15 +22,15 @@ from ..errors import QueryError, UnsupportedQueryError
 from ._series import STALE_BITS, Labels
 from ._types import InstantSample, QueryResult, RangeSeries
 from ._values import (
+    _BIG,
     Floats,
+    Ints,
     Mask,
     Matrix,
-    RawSeries,
     Scalar,
     String,
     Value,
     Vec,
-    VecSeries,
     drop_name,
     merge_same_labels,
 )
@@ -109,21 +109,22 @@ def _instant_result(value: Value, t: int) -> QueryResult:
     if isinstance(value, String):
         return QueryResult("string", string=(ts, value.s))
     if isinstance(value, Matrix):
+        lo, hi = value.bounds()
         out = []
-        for raw in value.series:
-            lo, hi = value.bounds(raw)
-            pts = [
-                (int(x) / 1000, float(y))
-                for x, y in zip(raw.t[lo[0] : hi[0]], raw.v[lo[0] : hi[0]], strict=False)
-            ]
-            if pts:
-                out.append(RangeSeries(dict(raw.labels), pts))
+        for i, labels in enumerate(value.labels):
+            a, b = int(lo[i, 0]), int(hi[i, 0])
+            if b > a:
+                pts = list(zip((value.t[a:b] / 1000).tolist(), value.v[a:b].tolist(), strict=True))
+                out.append(RangeSeries(dict(labels), pts))
         return QueryResult("matrix", matrix=out)
-    present = [s for s in value.series if s.m[0]]
+    rows = np.flatnonzero(value.m[:, 0]).tolist()
+    vals = value.v[:, 0].tolist()
     if value.order is not None:
-        present.sort(key=lambda s: _sort_key(float(s.v[0])), reverse=value.order == "desc")
+        rows.sort(key=lambda i: _sort_key(vals[i]), reverse=value.order == "desc")
+    else:
+        rows.sort(key=lambda i: value.labels[i])
     return QueryResult(
-        "vector", vector=[InstantSample(dict(s.labels), float(s.v[0]), ts) for s in present]
+        "vector", vector=[InstantSample(dict(value.labels[i]), vals[i], ts) for i in rows]
     )
 
 
@@ -133,20 +134,20 @@ def _sort_key(v: float) -> float:
 
 def _range_result(value: Value, ctx: Context) -> QueryResult:
     if isinstance(value, Scalar):
-        value = Vec([VecSeries((), value.v, np.ones(ctx.n, dtype=bool))])
+        value = Vec([()], value.v[None, :], np.ones((1, ctx.n), dtype=bool))
     if not isinstance(value, Vec):
         kind = "range vector" if isinstance(value, Matrix) else "string"
         raise QueryError(
             f'invalid expression type "{kind}" for range query, must be Scalar or instant Vector',
             expr=ctx.expr,
         )
-    secs = ctx.ts / 1000
+    secs = (ctx.ts / 1000).tolist()
     out = []
-    for s in sorted(value.series, key=lambda x: x.labels):
-        idx = np.flatnonzero(s.m)
-        if len(idx):
-            pts = list(zip(secs[idx].tolist(), s.v[idx].tolist(), strict=True))
-            out.append(RangeSeries(dict(s.labels), pts))
+    for i in sorted(range(len(value.labels)), key=lambda i: value.labels[i]):
+        idx = np.flatnonzero(value.m[i]).tolist()
+        if idx:
+            row = value.v[i].tolist()
+            out.append(RangeSeries(dict(value.labels[i]), [(secs[j], row[j]) for j in idx]))
     return QueryResult("matrix", matrix=out)
 
 
@@ -177,8 +178,7 @@ def _unary(ctx: Context, node: Any) -> Value:
     if isinstance(value, Scalar):
         return Scalar(-value.v)
     if isinstance(value, Vec):
-        out = [VecSeries(drop_name(s.labels), -s.v, s.m) for s in value.series]
-        return Vec(merge_same_labels(out))
+        return merge_same_labels(Vec([drop_name(lb) for lb in value.labels], -value.v, value.m))
     raise QueryError("unary minus needs a scalar or an instant vector", expr=ctx.expr)
 
 
@@ -223,40 +223,68 @@ def _vector_selector(ctx: Context, vs: Any) -> Value:
     return select_instant(ctx, vs)[0]
 
 
-def select_instant(ctx: Context, vs: Any) -> tuple[Vec, list[np.ndarray[Any, Any]]]:
-    """The selector's value per step, and per series the sample timestamps used."""
+#: Up to this many steps, instant selectors bisect per series and step.
+_FEW_STEPS = 8
+
+
+def select_instant(ctx: Context, vs: Any) -> tuple[Vec, Ints]:
+    """The selector's value per series and step, and the sample timestamps used."""
     eff = effective_times(ctx, vs.at, vs.offset)
-    fetched = ctx.store.fetch(matchers_of(ctx, vs), int(eff.min()) - LOOKBACK_MS, int(eff.max()))
-    out: list[VecSeries] = []
-    times: list[np.ndarray[Any, Any]] = []
-    for labels, t, v in fetched:
-        if len(t) == 0:
-            continue
-        idx = np.searchsorted(t, eff, side="right") - 1
-        ok = idx >= 0
-        idx = np.where(ok, idx, 0)
-        vals = v[idx]
-        ok &= t[idx] >= eff - LOOKBACK_MS
-        ok &= ~stale_mask(vals)
-        if ok.any():
-            out.append(VecSeries(labels, vals, ok))
-            times.append(t[idx])
-    return Vec(out), times
+    matchers = matchers_of(ctx, vs)
+    if ctx.n <= _FEW_STEPS or vs.at is not None:
+        times = eff.tolist() if vs.at is None else eff[:1].tolist()
+        labels, vals, tss, present = ctx.store.latest(matchers, times, LOOKBACK_MS)
+        v = np.array(vals, dtype=np.float64).reshape(len(labels), len(times))
+        t = np.array(tss, dtype=np.int64).reshape(len(labels), len(times))
+        m = np.array(present, dtype=bool).reshape(len(labels), len(times))
+        if vs.at is not None:  # one instant for every step
+            v, t, m = (np.repeat(a, ctx.n, axis=1) for a in (v, t, m))
+        return Vec(labels, v, m), t
+    labels, t_all, v_all, off = ctx.store.fetch(
+        matchers, int(eff.min()) - LOOKBACK_MS, int(eff.max())
+    )
+    if not labels:
+        return Vec.empty(ctx.n), np.zeros((0, ctx.n), dtype=np.int64)
+    base = int(eff.min()) - LOOKBACK_MS
+    sid = np.arange(len(labels), dtype=np.int64)
+    key = np.repeat(sid * _BIG, np.diff(off)) + (t_all - base)
+    idx = np.searchsorted(key, (sid * _BIG)[:, None] + (eff - base)[None, :], side="right") - 1
+    ok = idx >= off[:-1, None]
+    idx = np.where(ok, idx, 0)
+    t = t_all[idx]
+    v = v_all[idx]
+    ok &= t >= (eff - LOOKBACK_MS)[None, :]
+    ok &= ~stale_mask(v)
+    return _keep_present(labels, v, ok, t)
+
+
+def _keep_present(labels: list[Labels], v: Floats, m: Mask, t: Ints) -> tuple[Vec, Ints]:
+    rows = np.flatnonzero(m.any(axis=1))
+    return Vec([labels[i] for i in rows.tolist()], v[rows], m[rows]), t[rows]
 
 
 def _matrix_selector(ctx: Context, node: Any) -> Value:
     vs = node.vector_selector
     rng = _offset_ms(node.range)
     eff = effective_times(ctx, vs.at, vs.offset)
-    fetched = ctx.store.fetch(matchers_of(ctx, vs), int(eff.min()) - rng, int(eff.max()))
-    raws = []
-    for labels, t, v in fetched:
-        keep = ~stale_mask(v)
-        if not keep.all():
-            t, v = t[keep], v[keep]
-        if len(t):
-            raws.append(RawSeries(labels, t, v))
-    return Matrix(raws, eff, rng, vs)
+    labels, t, v, off = ctx.store.fetch(matchers_of(ctx, vs), int(eff.min()) - rng, int(eff.max()))
+    stale = stale_mask(v)
+    if stale.any():
+        labels, t, v, off = _drop(labels, t, v, off, ~stale)
+    # The fetch window is each step's window when all steps read at one instant.
+    return Matrix(labels, t, v, off, eff, rng, vs, exact=bool(eff.min() == eff.max()))
+
+
+def _drop(
+    labels: list[Labels], t: Ints, v: Floats, off: Ints, keep: Mask
+) -> tuple[list[Labels], Ints, Floats, Ints]:
+    """Keep only the samples where ``keep``; series left without samples go."""
+    sid = np.repeat(np.arange(len(labels)), np.diff(off))[keep]
+    counts = np.bincount(sid, minlength=len(labels))
+    rows = np.flatnonzero(counts)
+    new_off = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(counts[rows], out=new_off[1:])
+    return [labels[i] for i in rows.tolist()], t[keep], v[keep], new_off
 
 
 def _subquery(ctx: Context, node: Any) -> Value:
@@ -268,15 +296,21 @@ def _subquery(ctx: Context, node: Any) -> Value:
     if start < first:
         start += step
     grid = np.arange(start, int(eff.max()) + 1, step, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
     if len(grid) == 0:
-        return Matrix([], eff, rng)
+        return Matrix([], empty, np.zeros(0), np.zeros(1, dtype=np.int64), eff, rng)
     inner = evaluate(ctx.with_steps(grid), node.expr)
     if isinstance(inner, Scalar):
-        inner = Vec([VecSeries((), inner.v, np.ones(len(grid), dtype=bool))])
+        inner = Vec([()], inner.v[None, :], np.ones((1, len(grid)), dtype=bool))
     if not isinstance(inner, Vec):
         raise QueryError("subquery is only allowed on an instant vector", expr=ctx.expr)
-    raws = [RawSeries(s.labels, grid[s.m], s.v[s.m]) for s in inner.series if s.m.any()]
-    return Matrix(raws, eff, rng)
+    inner = inner.nonempty()
+    counts = inner.m.sum(axis=1)
+    off = np.zeros(len(inner) + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
+    t = np.broadcast_to(grid, inner.m.shape)[inner.m]
+    exact = bool(eff.min() == eff.max())
+    return Matrix(inner.labels, t.astype(np.int64), inner.v[inner.m], off, eff, rng, exact=exact)
 
 
 def _call(ctx: Context, node: Any) -> Value:

@@ -5,7 +5,9 @@ closed window ``[t - range, t]``. ``rate``/``increase``/``delta`` use
 Prometheus's extrapolation: the result is scaled from the sampled interval
 towards the window edges, by at most half an average sample spacing where the
 series starts or ends well inside the window, and never below a counter's
-zero point.
+zero point. Everything common is vectorised over all series and steps; the
+rarer functions whose last bits depend on Prometheus's order of operations
+(stddev, quantile, regression) run per window in that order.
 """
 
 from __future__ import annotations
@@ -24,20 +26,23 @@ from ._engine import Context, evaluate, expect_scalar, expect_vector, select_ins
 from ._series import Labels
 from ._values import (
     Floats,
+    Ints,
+    Mask,
     Matrix,
-    RawSeries,
     Scalar,
     String,
     Value,
     Vec,
-    VecSeries,
     drop_name,
     merge_same_labels,
 )
 
-__all__ = ["SUPPORTED", "call"]
+__all__ = ["SUPPORTED", "bucket_quantile", "call"]
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+#: A range function: (matrix, lo, hi) -> (values, present), each (series, steps).
+StepFn = Callable[[Matrix, Ints, Ints], tuple[Floats, Mask]]
 
 
 def call(ctx: Context, node: Any) -> Value:
@@ -58,67 +63,73 @@ def _matrix(ctx: Context, arg: Any, name: str) -> Matrix:
     return value
 
 
-StepFn = Callable[[RawSeries, Any, Any, Matrix], tuple[Floats, Any]]
+def _over_range(mat: Matrix, fn: StepFn, *, keep_name: bool = False) -> Vec:
+    if len(mat) == 0:
+        return Vec.empty(len(mat.ends))
+    lo, hi = mat.bounds()
+    value, mask = fn(mat, lo, hi)
+    labels = mat.labels if keep_name else [drop_name(lb) for lb in mat.labels]
+    return merge_same_labels(Vec(labels, value, mask).nonempty())
 
 
-def _over_range(ctx: Context, mat: Matrix, fn: StepFn, *, keep_name: bool = False) -> Vec:
-    out = []
-    for raw in mat.series:
-        lo, hi = mat.bounds(raw)
-        value, mask = fn(raw, lo, hi, mat)
-        if mask.any():
-            labels = raw.labels if keep_name else drop_name(raw.labels)
-            out.append(VecSeries(labels, value, mask))
-    return Vec(merge_same_labels(out))
-
-
-def _windowed(reduce: Callable[[list[float]], float]) -> StepFn:
+def _windowed(reduce: Callable[[list[float]], float], min_points: int = 1) -> StepFn:
     """A function of each window's values, computed in Python in Prometheus's order."""
 
-    def run(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
-        out = np.full(len(lo), np.nan)
-        mask = hi > lo
-        for i in np.flatnonzero(mask):
-            out[i] = reduce(raw.v[lo[i] : hi[i]].tolist())
+    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        out = np.full(lo.shape, np.nan)
+        mask = (hi - lo) >= min_points
+        v = mat.v
+        for i, j in zip(*np.nonzero(mask), strict=True):
+            out[i, j] = reduce(v[lo[i, j] : hi[i, j]].tolist())
         return out, mask
 
     return run
 
 
-def _sum_values(values: list[float]) -> float:
-    total = 0.0
-    for v in values:
-        total += v
-    return total
+def _reduceat(ufunc: Any) -> StepFn:
+    """``ufunc`` over every window, one vectorised ``reduceat`` per step."""
+
+    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        mask = hi > lo
+        padded = np.append(mat.v, 0.0)  # reduceat needs every index < len
+        out = np.full(lo.shape, np.nan)
+        for j in range(lo.shape[1]):
+            idx = np.empty(2 * lo.shape[0], dtype=np.int64)
+            idx[0::2], idx[1::2] = lo[:, j], hi[:, j]
+            out[:, j] = ufunc.reduceat(padded, idx)[0::2]
+        return out, mask
+
+    return run
 
 
-def _avg_values(values: list[float]) -> float:
-    mean, count = 0.0, 0.0
-    for v in values:
-        count += 1
-        if math.isinf(mean):
-            if math.isinf(v) and (mean > 0) == (v > 0):
-                continue
-            if not math.isinf(v) and not math.isnan(v):
-                continue
-        mean += v / count - mean / count
-    return mean
+def _avg_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    total, mask = _reduceat(np.add)(mat, lo, hi)
+    return total / np.maximum(hi - lo, 1), mask
 
 
-def _min_values(values: list[float]) -> float:
-    best = values[0]
-    for v in values:
-        if v < best or math.isnan(best):
-            best = v
-    return best
+def _count_changes(flags: Mask) -> StepFn:
+    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        mask = hi > lo
+        cum = np.concatenate(([0], np.cumsum(flags)))  # cum[i] = flags before i
+        top = len(cum) - 1
+        # flags of the samples after the first of the window, up to its last
+        counted = cum[np.minimum(hi, top)] - cum[np.minimum(lo + 1, top)]
+        return np.where(mask, counted, 0).astype(np.float64), mask
+
+    return run
 
 
-def _max_values(values: list[float]) -> float:
-    best = values[0]
-    for v in values:
-        if v > best or math.isnan(best):
-            best = v
-    return best
+def _changes_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    v = mat.v
+    prev = np.concatenate(([np.nan], v[:-1]))
+    flags = (v != prev) & ~(np.isnan(v) & np.isnan(prev))
+    return _count_changes(flags)(mat, lo, hi)
+
+
+def _resets_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    v = mat.v
+    prev = np.concatenate(([np.nan], v[:-1]))
+    return _count_changes(v < prev)(mat, lo, hi)
 
 
 def _stdvar_values(values: list[float]) -> float:
@@ -131,62 +142,57 @@ def _stdvar_values(values: list[float]) -> float:
     return aux / count
 
 
-def _changes(values: list[float]) -> float:
-    changes = 0
-    prev = values[0]
-    for cur in values[1:]:
-        if cur != prev and not (math.isnan(cur) and math.isnan(prev)):
-            changes += 1
-        prev = cur
-    return float(changes)
-
-
-def _resets(values: list[float]) -> float:
-    resets = 0
-    prev = values[0]
-    for cur in values[1:]:
-        if cur < prev:
-            resets += 1
-        prev = cur
-    return float(resets)
-
-
-def _count_fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
+def _count_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
     n = (hi - lo).astype(np.float64)
     return n, n > 0
 
 
-def _last_fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
+def _last_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
     mask = hi > lo
-    return raw.v[np.where(mask, hi - 1, 0)], mask
+    return mat.v[np.where(mask, hi - 1, 0)], mask
 
 
-def _present_fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
-    return np.ones(len(lo)), hi > lo
+def _present_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    return np.ones(lo.shape), hi > lo
 
 
 def _extrapolated(counter: bool, rate: bool) -> StepFn:
-    def run(raw: RawSeries, lo: Any, hi: Any, mat: Matrix) -> tuple[Floats, Any]:
-        return _extrapolated_rate(raw, lo, hi, mat, counter=counter, rate=rate)
+    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        return _extrapolated_rate(mat, lo, hi, counter=counter, rate=rate)
 
     return run
 
 
+def _reset_corrections(mat: Matrix, first: Ints, last: Ints, mask: Mask) -> Floats:
+    """Per window, the sum of the values before each counter reset inside it."""
+    v = mat.v
+    resets = np.flatnonzero(v[1:] < v[:-1]) + 1  # sample i restarted below sample i-1
+    out = np.zeros(first.shape)
+    if len(resets) == 0:
+        return out
+    inside = np.searchsorted(resets, last, "right") - np.searchsorted(resets, first, "right")
+    # Exact sums in Prometheus's order, only where a window holds a reset (rare).
+    for i, j in zip(*np.nonzero(mask & (inside > 0)), strict=True):
+        total = 0.0
+        for k in resets[(resets > first[i, j]) & (resets <= last[i, j])].tolist():
+            total += float(v[k - 1])
+        out[i, j] = total
+    return out
+
+
 def _extrapolated_rate(
-    raw: RawSeries, lo: Any, hi: Any, mat: Matrix, *, counter: bool, rate: bool
-) -> tuple[Floats, Any]:
+    mat: Matrix, lo: Ints, hi: Ints, *, counter: bool, rate: bool
+) -> tuple[Floats, Mask]:
     mask = (hi - lo) >= 2
     if not mask.any():
-        return np.zeros(len(lo)), mask
+        return np.zeros(lo.shape), mask
     first = np.where(mask, lo, 0)
     last = np.where(mask, hi - 1, 0)
-    t, v = raw.t, raw.v
+    t, v = mat.t, mat.v
     result = v[last] - v[first]
     if counter:
-        drops = np.where(v[1:] < v[:-1], v[:-1], 0.0)
-        corrections = np.concatenate(([0.0], np.cumsum(drops)))
-        result = result + (corrections[last] - corrections[first])
-    ends, rng = mat.ends, mat.range_ms
+        result = result + _reset_corrections(mat, first, last, mask)
+    ends, rng = mat.ends[None, :], mat.range_ms
     duration_to_start = (t[first] - (ends - rng)) / 1000
     duration_to_end = (ends - t[last]) / 1000
     sampled = (t[last] - t[first]) / 1000
@@ -205,23 +211,23 @@ def _extrapolated_rate(
 
 
 def _instant_delta(is_rate: bool) -> StepFn:
-    def run(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
+    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
         mask = (hi - lo) >= 2
-        if len(raw.t) < 2:
-            return np.zeros(len(lo)), mask
         last = np.where(mask, hi - 1, 1)
         prev = last - 1
-        lv, pv = raw.v[last], raw.v[prev]
-        gap = (raw.t[last] - raw.t[prev]).astype(np.float64)
+        if len(mat.v) < 2:
+            return np.zeros(lo.shape), mask
+        lv, pv = mat.v[last], mat.v[prev]
+        gap = (mat.t[last] - mat.t[prev]).astype(np.float64)
         result = np.where(lv < pv, lv, lv - pv) / (gap / 1000) if is_rate else lv - pv
         return result, mask & (gap > 0)
 
     return run
 
 
-def _regression(raw: RawSeries, lo: int, hi: int, intercept_ms: int) -> tuple[float, float]:
-    ts = raw.t[lo:hi].tolist()
-    vs = raw.v[lo:hi].tolist()
+def _regression(mat: Matrix, lo: int, hi: int, intercept_ms: int) -> tuple[float, float]:
+    ts = mat.t[lo:hi].tolist()
+    vs = mat.v[lo:hi].tolist()
     if all(v == vs[0] for v in vs):
         if math.isinf(vs[0]):
             return math.nan, math.nan
@@ -240,23 +246,18 @@ def _regression(raw: RawSeries, lo: int, hi: int, intercept_ms: int) -> tuple[fl
     return slope, sum_y / n - slope * sum_x / n
 
 
-def _deriv_fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
-    out = np.full(len(lo), np.nan)
+def _deriv_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    out = np.full(lo.shape, np.nan)
     mask = (hi - lo) >= 2
-    for i in np.flatnonzero(mask):
-        out[i] = _regression(raw, int(lo[i]), int(hi[i]), int(raw.t[lo[i]]))[0]
+    for i, j in zip(*np.nonzero(mask), strict=True):
+        a, b = int(lo[i, j]), int(hi[i, j])
+        out[i, j] = _regression(mat, a, b, int(mat.t[a]))[0]
     return out, mask
-
-
-def _range_call(
-    ctx: Context, args: list[Any], name: str, fn: StepFn, *, keep_name: bool = False
-) -> Vec:
-    return _over_range(ctx, _matrix(ctx, args[0], name), fn, keep_name=keep_name)
 
 
 def _simple_range(name: str, fn: StepFn, keep_name: bool = False) -> Callable[..., Value]:
     def run(ctx: Context, args: list[Any]) -> Value:
-        return _range_call(ctx, args, name, fn, keep_name=keep_name)
+        return _over_range(_matrix(ctx, args[0], name), fn, keep_name=keep_name)
 
     return run
 
@@ -267,40 +268,44 @@ def _predict_linear(ctx: Context, args: list[Any]) -> Value:
     at_fixed = getattr(mat.selector, "at", None) is not None
     intercepts = np.full(ctx.n, ctx.start_ms) if at_fixed else ctx.ts
 
-    def fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
-        out = np.full(len(lo), np.nan)
+    def fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        out = np.full(lo.shape, np.nan)
         mask = (hi - lo) >= 2
-        for i in np.flatnonzero(mask):
-            slope, icept = _regression(raw, int(lo[i]), int(hi[i]), int(intercepts[i]))
-            out[i] = slope * float(duration[i]) + icept
+        for i, j in zip(*np.nonzero(mask), strict=True):
+            slope, icept = _regression(mat, int(lo[i, j]), int(hi[i, j]), int(intercepts[j]))
+            out[i, j] = slope * float(duration[j]) + icept
         return out, mask
 
-    return _over_range(ctx, mat, fn)
+    return _over_range(mat, fn)
 
 
 def _quantile_over_time(ctx: Context, args: list[Any]) -> Value:
     q = expect_scalar(ctx, evaluate(ctx, args[0]), "quantile_over_time()")
     mat = _matrix(ctx, args[1], "quantile_over_time")
 
-    def fn(raw: RawSeries, lo: Any, hi: Any, _mat: Matrix) -> tuple[Floats, Any]:
-        out = np.full(len(lo), np.nan)
+    def fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+        out = np.full(lo.shape, np.nan)
         mask = hi > lo
-        for i in np.flatnonzero(mask):
-            out[i] = quantile(float(q[i]), raw.v[lo[i] : hi[i]].tolist())
+        for i, j in zip(*np.nonzero(mask), strict=True):
+            out[i, j] = quantile(float(q[j]), mat.v[lo[i, j] : hi[i, j]].tolist())
         return out, mask
 
-    return _over_range(ctx, mat, fn)
+    return _over_range(mat, fn)
 
 
 def _absent_over_time(ctx: Context, args: list[Any]) -> Value:
     mat = _matrix(ctx, args[0], "absent_over_time")
-    seen = np.zeros(ctx.n, dtype=bool)
-    for raw in mat.series:
-        lo, hi = mat.bounds(raw)
-        seen |= hi > lo
+    seen: Mask = np.zeros(ctx.n, dtype=bool)
+    if len(mat):
+        lo, hi = mat.bounds()
+        seen = np.asarray((hi > lo).any(axis=0), dtype=bool)
     arg = args[0]
     labels = _absent_labels(arg.vector_selector) if isinstance(arg, pp.MatrixSelector) else ()
-    return Vec([VecSeries(labels, np.ones(ctx.n), ~seen)] if (~seen).any() else [])
+    return _one_series(labels, np.ones(ctx.n), ~seen)
+
+
+def _one_series(labels: Labels, v: Floats, m: Mask) -> Vec:
+    return Vec([labels], v[None, :], m[None, :]).nonempty()
 
 
 # ------------------------------------------------------------ instant vectors
@@ -310,11 +315,15 @@ def _vector_arg(ctx: Context, arg: Any, name: str) -> Vec:
     return expect_vector(ctx, evaluate(ctx, arg), f"{name}()")
 
 
+def _with_values(vec: Vec, v: Floats, m: Mask | None = None) -> Vec:
+    out = Vec([drop_name(lb) for lb in vec.labels], v, vec.m if m is None else vec.m & m)
+    return merge_same_labels(out.nonempty())
+
+
 def _math(fn: Callable[[Floats], Floats], name: str) -> Callable[..., Value]:
     def run(ctx: Context, args: list[Any]) -> Value:
         vec = _vector_arg(ctx, args[0], name)
-        out = [VecSeries(drop_name(s.labels), fn(s.v), s.m) for s in vec.series]
-        return Vec(merge_same_labels(out))
+        return _with_values(vec, fn(vec.v))
 
     return run
 
@@ -323,11 +332,7 @@ def _round(ctx: Context, args: list[Any]) -> Value:
     vec = _vector_arg(ctx, args[0], "round")
     to = expect_scalar(ctx, evaluate(ctx, args[1]), "round()") if len(args) > 1 else None
     inverse = np.ones(ctx.n) if to is None else 1.0 / to
-    out = [
-        VecSeries(drop_name(s.labels), np.floor(s.v * inverse + 0.5) / inverse, s.m)
-        for s in vec.series
-    ]
-    return Vec(merge_same_labels(out))
+    return _with_values(vec, np.floor(vec.v * inverse + 0.5) / inverse)
 
 
 def _clamp(ctx: Context, args: list[Any], lower: bool, upper: bool) -> Value:
@@ -335,31 +340,23 @@ def _clamp(ctx: Context, args: list[Any], lower: bool, upper: bool) -> Value:
     scalars = [expect_scalar(ctx, evaluate(ctx, a), "clamp()") for a in args[1:]]
     lo = scalars[0] if lower else None
     hi = scalars[-1] if upper else None
+    v = vec.v
+    if hi is not None:
+        v = np.minimum(hi[None, :], v)
+    if lo is not None:
+        v = np.maximum(lo[None, :], v)
     ok = np.ones(ctx.n, dtype=bool) if lo is None or hi is None else hi >= lo
-    out = []
-    for s in vec.series:
-        v = s.v
-        if hi is not None:
-            v = np.minimum(hi, v)
-        if lo is not None:
-            v = np.maximum(lo, v)
-        out.append(VecSeries(drop_name(s.labels), v, s.m & ok))
-    return Vec(merge_same_labels(out))
+    return _with_values(vec, v, np.broadcast_to(ok[None, :], v.shape))
 
 
 def _timestamp(ctx: Context, args: list[Any]) -> Value:
     arg = args[0]
     if isinstance(arg, pp.VectorSelector):
         vec, times = select_instant(ctx, arg)
-        out = [
-            VecSeries(drop_name(s.labels), t.astype(np.float64) / 1000, s.m)
-            for s, t in zip(vec.series, times, strict=True)
-        ]
-    else:
-        vec = _vector_arg(ctx, arg, "timestamp")
-        secs = ctx.ts.astype(np.float64) / 1000
-        out = [VecSeries(drop_name(s.labels), secs, s.m) for s in vec.series]
-    return Vec(merge_same_labels(out))
+        return _with_values(vec, times.astype(np.float64) / 1000)
+    vec = _vector_arg(ctx, arg, "timestamp")
+    secs = ctx.ts.astype(np.float64) / 1000
+    return _with_values(vec, np.broadcast_to(secs[None, :], vec.v.shape).copy())
 
 
 def _time(ctx: Context, args: list[Any]) -> Value:
@@ -368,16 +365,15 @@ def _time(ctx: Context, args: list[Any]) -> Value:
 
 def _vector(ctx: Context, args: list[Any]) -> Value:
     v = expect_scalar(ctx, evaluate(ctx, args[0]), "vector()")
-    return Vec([VecSeries((), v, np.ones(ctx.n, dtype=bool))])
+    return Vec([()], v[None, :].copy(), np.ones((1, ctx.n), dtype=bool))
 
 
 def _scalar(ctx: Context, args: list[Any]) -> Value:
     vec = _vector_arg(ctx, args[0], "scalar")
-    count = np.zeros(ctx.n)
-    value = np.full(ctx.n, np.nan)
-    for s in vec.series:
-        count += s.m
-        value = np.where(s.m, s.v, value)
+    if len(vec) == 0:
+        return Scalar(np.full(ctx.n, np.nan))
+    count = vec.m.sum(axis=0)
+    value = np.where(vec.m, vec.v, 0.0).sum(axis=0)
     return Scalar(np.where(count == 1, value, np.nan))
 
 
@@ -392,17 +388,17 @@ def _absent_labels(vs: Any) -> Labels:
 
 def _absent(ctx: Context, args: list[Any]) -> Value:
     vec = _vector_arg(ctx, args[0], "absent")
-    seen = np.zeros(ctx.n, dtype=bool)
-    for s in vec.series:
-        seen |= s.m
+    seen: Mask = np.zeros(ctx.n, dtype=bool)
+    if len(vec):
+        seen = np.asarray(vec.m.any(axis=0), dtype=bool)
     labels = _absent_labels(args[0]) if isinstance(args[0], pp.VectorSelector) else ()
-    return Vec([VecSeries(labels, np.ones(ctx.n), ~seen)] if (~seen).any() else [])
+    return _one_series(labels, np.ones(ctx.n), ~seen)
 
 
 def _sort(order: str) -> Callable[..., Value]:
     def run(ctx: Context, args: list[Any]) -> Value:
         vec = _vector_arg(ctx, args[0], "sort")
-        return Vec(vec.series, order=order)
+        return Vec(vec.labels, vec.v, vec.m, order=order)
 
     return run
 
@@ -457,6 +453,15 @@ def _group(match: re.Match[str], name: str) -> str:
     return got or ""
 
 
+def _relabel(ctx: Context, vec: Vec, fn: Callable[[dict[str, str]], None]) -> Vec:
+    labels = []
+    for lb in vec.labels:
+        lab = dict(lb)
+        fn(lab)
+        labels.append(tuple(sorted((k, v) for k, v in lab.items() if v != "")))
+    return merge_same_labels(Vec(labels, vec.v, vec.m))
+
+
 def _label_replace(ctx: Context, args: list[Any]) -> Value:
     vec = _vector_arg(ctx, args[0], "label_replace")
     dst, repl, src, regex = (_string_arg(ctx, a, "label_replace() argument") for a in args[1:5])
@@ -466,18 +471,13 @@ def _label_replace(ctx: Context, args: list[Any]) -> Value:
         raise QueryError(f"invalid regular expression in label_replace(): {regex!r}") from exc
     if not _LABEL_NAME.match(dst):
         raise QueryError(f"invalid destination label name in label_replace(): {dst!r}")
-    out = []
-    for s in vec.series:
-        lab = dict(s.labels)
+
+    def apply(lab: dict[str, str]) -> None:
         m = rx.match(lab.get(src, ""))
         if m is not None:
-            value = _go_expand(repl, m)
-            if value:
-                lab[dst] = value
-            else:
-                lab.pop(dst, None)
-        out.append(VecSeries(tuple(sorted(lab.items())), s.v, s.m))
-    return Vec(merge_same_labels(out))
+            lab[dst] = _go_expand(repl, m)
+
+    return _relabel(ctx, vec, apply)
 
 
 def _label_join(ctx: Context, args: list[Any]) -> Value:
@@ -485,41 +485,36 @@ def _label_join(ctx: Context, args: list[Any]) -> Value:
     dst, sep, *srcs = (_string_arg(ctx, a, "label_join() argument") for a in args[1:])
     if not _LABEL_NAME.match(dst):
         raise QueryError(f"invalid destination label name in label_join(): {dst!r}")
-    out = []
-    for s in vec.series:
-        lab = dict(s.labels)
-        value = sep.join(lab.get(name, "") for name in srcs)
-        if value:
-            lab[dst] = value
-        else:
-            lab.pop(dst, None)
-        out.append(VecSeries(tuple(sorted(lab.items())), s.v, s.m))
-    return Vec(merge_same_labels(out))
+
+    def apply(lab: dict[str, str]) -> None:
+        lab[dst] = sep.join(lab.get(name, "") for name in srcs)
+
+    return _relabel(ctx, vec, apply)
 
 
 def _histogram_quantile(ctx: Context, args: list[Any]) -> Value:
     q = expect_scalar(ctx, evaluate(ctx, args[0]), "histogram_quantile()")
     vec = _vector_arg(ctx, args[1], "histogram_quantile")
-    groups: dict[Labels, list[tuple[float, VecSeries]]] = {}
-    for s in vec.series:
-        lab = dict(s.labels)
+    groups: dict[Labels, list[tuple[float, int]]] = {}
+    for i, lb in enumerate(vec.labels):
+        lab = dict(lb)
         try:
             upper = float(lab.pop("le"))
         except (KeyError, ValueError):
             continue  # not a bucket: Prometheus skips it
         lab.pop("__name__", None)
-        groups.setdefault(tuple(sorted(lab.items())), []).append((upper, s))
-    out = []
-    for labels, buckets in groups.items():
-        value = np.full(ctx.n, np.nan)
-        present = np.zeros(ctx.n, dtype=bool)
-        for _, s in buckets:
-            present |= s.m
-        for i in np.flatnonzero(present):
-            points = [(ub, float(s.v[i])) for ub, s in buckets if s.m[i]]
-            value[i] = bucket_quantile(float(q[i]), points)
-        out.append(VecSeries(labels, value, present))
-    return Vec(out)
+        groups.setdefault(tuple(sorted(lab.items())), []).append((upper, i))
+    if not groups:
+        return Vec.empty(ctx.n)
+    values = np.full((len(groups), ctx.n), np.nan)
+    present = np.zeros((len(groups), ctx.n), dtype=bool)
+    for g, buckets in enumerate(groups.values()):
+        rows = [i for _, i in buckets]
+        present[g] = vec.m[rows].any(axis=0)
+        for j in np.flatnonzero(present[g]).tolist():
+            points = [(ub, float(vec.v[i, j])) for ub, i in buckets if vec.m[i, j]]
+            values[g, j] = bucket_quantile(float(q[j]), points)
+    return Vec(list(groups), values, present)
 
 
 def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -572,10 +567,10 @@ _FUNCS: dict[str, Callable[[Context, list[Any]], Value]] = {
     "idelta": _simple_range("idelta", _instant_delta(False)),
     "deriv": _simple_range("deriv", _deriv_fn),
     "predict_linear": _predict_linear,
-    "avg_over_time": _simple_range("avg_over_time", _windowed(_avg_values)),
-    "sum_over_time": _simple_range("sum_over_time", _windowed(_sum_values)),
-    "min_over_time": _simple_range("min_over_time", _windowed(_min_values)),
-    "max_over_time": _simple_range("max_over_time", _windowed(_max_values)),
+    "avg_over_time": _simple_range("avg_over_time", _avg_fn),
+    "sum_over_time": _simple_range("sum_over_time", _reduceat(np.add)),
+    "min_over_time": _simple_range("min_over_time", _reduceat(np.fmin)),
+    "max_over_time": _simple_range("max_over_time", _reduceat(np.fmax)),
     "count_over_time": _simple_range("count_over_time", _count_fn),
     "last_over_time": _simple_range("last_over_time", _last_fn, keep_name=True),
     "present_over_time": _simple_range("present_over_time", _present_fn),
@@ -584,8 +579,8 @@ _FUNCS: dict[str, Callable[[Context, list[Any]], Value]] = {
         "stddev_over_time", _windowed(lambda v: math.sqrt(_stdvar_values(v)))
     ),
     "quantile_over_time": _quantile_over_time,
-    "changes": _simple_range("changes", _windowed(_changes)),
-    "resets": _simple_range("resets", _windowed(_resets)),
+    "changes": _simple_range("changes", _changes_fn),
+    "resets": _simple_range("resets", _resets_fn),
     "absent_over_time": _absent_over_time,
     "histogram_quantile": _histogram_quantile,
     "abs": _math(np.abs, "abs"),

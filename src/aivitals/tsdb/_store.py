@@ -11,6 +11,7 @@ import math
 import re
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy.typing as npt
 
 from ..errors import CardinalityLimitError, ConfigError, SampleRejected
 from ._exposition import EntryRow, ExpositionParser, Row
-from ._series import STALE_NAN, Labels, Series, label_key
+from ._series import STALE_NAN, Labels, Series, is_stale, label_key
 from ._types import QueryResult
 
 if TYPE_CHECKING:
@@ -340,11 +341,67 @@ class Store:
 
     def fetch(
         self, matchers: Sequence[Matcher], mint: int, maxt: int
-    ) -> list[tuple[Labels, npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
-        """Copies of matching series' samples in ``[mint, maxt]`` ms, sorted by labels."""
+    ) -> tuple[list[Labels], npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+        """Matching series' samples in ``[mint, maxt]`` ms, concatenated.
+
+        Returns ``labels, t, v, off``: series i owns ``t[off[i]:off[i + 1]]``.
+        Series without samples in the window are left out.
+        """
+        labels: list[Labels] = []
+        spans: list[tuple[Series, int, int]] = []
         with self._lock:
-            found = sorted(self._select(matchers), key=lambda s: s.labels)
-            return [(s.labels, *s.window(mint, maxt)) for s in found]
+            for s in sorted(self._select(matchers), key=_by_id):
+                lo = bisect_left(s.ts, mint, s.start)
+                hi = bisect_right(s.ts, maxt, lo)
+                if hi > lo:
+                    labels.append(s.labels)
+                    spans.append((s, lo, hi))
+            off = np.zeros(len(spans) + 1, dtype=np.int64)
+            np.cumsum([hi - lo for _, lo, hi in spans], out=off[1:])
+            t = np.empty(int(off[-1]), dtype=np.int64)
+            v = np.empty(int(off[-1]), dtype=np.float64)
+            # One copy straight from the arrays; the buffer views die before the lock is left.
+            for (s, lo, hi), a, b in zip(spans, off[:-1].tolist(), off[1:].tolist(), strict=True):
+                t[a:b] = np.frombuffer(s.ts, dtype=np.int64, count=hi - lo, offset=lo * 8)
+                v[a:b] = np.frombuffer(s.vals, dtype=np.float64, count=hi - lo, offset=lo * 8)
+        return labels, t, v, off
+
+    def latest(
+        self, matchers: Sequence[Matcher], times: Sequence[int], lookback: int
+    ) -> tuple[list[Labels], list[list[float]], list[list[int]], list[list[bool]]]:
+        """Per series and time, the newest sample in ``[time - lookback, time]``.
+
+        The instant-selector path for few steps: a bisection per series and
+        step instead of copying windows. Returns ``labels, values, timestamps,
+        present``; staleness markers count as absent, series never present are
+        left out.
+        """
+        out_l: list[Labels] = []
+        out_v: list[list[float]] = []
+        out_t: list[list[int]] = []
+        out_m: list[list[bool]] = []
+        with self._lock:
+            for s in sorted(self._select(matchers), key=_by_id):
+                ts, vals, start = s.ts, s.vals, s.start
+                row_v, row_t, row_m = [], [], []
+                for t in times:
+                    i = bisect_right(ts, t, start) - 1
+                    if i >= start and ts[i] >= t - lookback:
+                        v = vals[i]
+                        if v == v or not is_stale(v):
+                            row_v.append(v)
+                            row_t.append(ts[i])
+                            row_m.append(True)
+                            continue
+                    row_v.append(0.0)
+                    row_t.append(0)
+                    row_m.append(False)
+                if True in row_m:
+                    out_l.append(s.labels)
+                    out_v.append(row_v)
+                    out_t.append(row_t)
+                    out_m.append(row_m)
+        return out_l, out_v, out_t, out_m
 
     def query(self, expr: str, at: float | None = None) -> QueryResult:
         """Evaluate PromQL at one instant (``at`` None means now).
@@ -422,6 +479,10 @@ class Store:
     def _all_series(self) -> list[Series]:
         with self._lock:
             return sorted(self._series.values(), key=lambda s: s.labels)
+
+
+def _by_id(series: Series) -> int:
+    return series.id
 
 
 def _to_ms(timestamp: float) -> int:
