@@ -15,6 +15,7 @@ from ..errors import CollectorError, ConfigError
 from ..signals import Sample
 from . import _procfs as pf
 from ._health import BaseCollector, reason_of
+from ._sockdiag import tcp_sockets
 
 __all__ = ["HostCollector"]
 
@@ -168,14 +169,7 @@ class HostCollector(BaseCollector):
     def _tcp(self) -> list[Sample]:
         if not self.ports:
             return []
-        counts: dict[tuple[int, str], int] = {}
-        for table in ("tcp", "tcp6"):
-            try:
-                text = self._read("net", table)
-            except FileNotFoundError:
-                continue  # no IPv6
-            for key, n in pf.parse_tcp_table(text, self.ports).items():
-                counts[key] = counts.get(key, 0) + n
+        counts = self._tcp_counts()
         out: list[Sample] = []
         for port in sorted(self.ports):
             # Every state of every port of interest, zeros included, so rate()
@@ -185,6 +179,26 @@ class HostCollector(BaseCollector):
                 labels = {"port": str(port), "state": state}
                 out.append(Sample("host_tcp_connections", labels, value))
         return out
+
+    def _tcp_counts(self) -> dict[tuple[int, str], int]:
+        counts: dict[tuple[int, str], int] = {}
+        if self.proc == Path("/proc"):
+            try:
+                for port, state, _ in tcp_sockets():
+                    if port in self.ports:
+                        key = (port, pf.TCP_STATES.get(state, "unknown"))
+                        counts[key] = counts.get(key, 0) + 1
+                return counts
+            except OSError:
+                pass  # netlink refused: read the text tables
+        for table in ("tcp", "tcp6"):
+            try:
+                text = self._read("net", table)
+            except FileNotFoundError:
+                continue  # no IPv6
+            for key, n in pf.parse_tcp_table(text, self.ports).items():
+                counts[key] = counts.get(key, 0) + n
+        return counts
 
     def _cgroup(self) -> list[Sample]:
         v1, v2 = pf.parse_cgroup_paths(self._read(self.cgroup_pid, "cgroup"))

@@ -15,6 +15,7 @@ from ..errors import CollectorError, ConfigError
 from ..signals import Sample
 from . import _procfs as pf
 from ._health import BaseCollector
+from ._sockdiag import same_netns, tcp_sockets
 
 __all__ = ["ProcessCollector", "find_listener"]
 
@@ -32,7 +33,16 @@ def _socket_inodes(fd_dir: Path) -> set[str]:
 
 
 def _tcp_rows(proc: Path, pid: str) -> Iterable[tuple[int, int, str]]:
-    """(local port, state code, inode) of every row of the pid's tcp tables."""
+    """(local port, state code, inode) of every TCP socket the pid's namespace holds."""
+    if str(proc) == "/proc" and same_netns(pid):
+        try:
+            return [(port, state, str(inode)) for port, state, inode in tcp_sockets()]
+        except OSError:
+            pass  # netlink refused: read the text tables
+    return _tcp_text_rows(proc, pid)
+
+
+def _tcp_text_rows(proc: Path, pid: str) -> Iterable[tuple[int, int, str]]:
     for table in ("tcp", "tcp6"):
         try:
             text = (proc / pid / "net" / table).read_text()

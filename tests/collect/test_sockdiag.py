@@ -1,0 +1,50 @@
+"""sock_diag against the kernel itself: a socket this test opens must be seen with
+the same port, state and inode as the /proc/net/tcp text reports."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from aivitals.collect import HostCollector, ProcessCollector
+from aivitals.collect._procfs import parse_tcp_table
+from aivitals.collect._sockdiag import same_netns, tcp_sockets
+
+
+def test_netlink_sees_a_listening_and_an_established_socket() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                rows = [r for r in tcp_sockets() if r[0] == port]
+                states = sorted(state for _, state, _ in rows)
+                assert states == [1, 10]  # established (accepted side), listen
+                assert (port, 10, os.fstat(server.fileno()).st_ino) in rows
+                with open("/proc/net/tcp") as f:
+                    text = parse_tcp_table(f.read(), frozenset([port]))
+                assert text == {(port, "listen"): 1, (port, "established"): 1}
+                host = HostCollector(ports=[port])
+                got = {
+                    s.labels["state"]: s.value
+                    for s in host.collect()
+                    if s.name == "host_tcp_connections"
+                }
+                assert got["listen"] == 1 and got["established"] == 1
+                assert client.fileno() > 0
+
+
+def test_process_connections_through_netlink() -> None:
+    assert same_netns(os.getpid())
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        samples = list(ProcessCollector(pid=os.getpid()).collect())
+        listen = [
+            s.value
+            for s in samples
+            if s.name == "service_process_connections" and s.labels["state"] == "listen"
+        ]
+        assert listen[0] >= 1
