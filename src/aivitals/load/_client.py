@@ -70,22 +70,34 @@ class _Conn(asyncio.Protocol):
         self.spec: RequestSpec | None = None
         self.intended = 0.0
         self.sent = 0.0
-        self._reset()
-
-    def _reset(self) -> None:
         self.buf = bytearray()
-        self.phase = 0  # 0 head, 1 content-length body, 2 chunked, 3 until close
-        self.status = 0
-        self.remaining = 0
-        self.chunk_left = -1  # -1: expecting a size line; -2: trailers
-        self.close_after = False
-        self.keep_body = False
         self.body = bytearray()
         self.events: list[float] = []
         self.sse = bytearray()
         self.usage_in: int | None = None
         self.usage_out: int | None = None
         self.stream_error: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        # Called once per request: containers are only replaced when used.
+        if self.buf:
+            self.buf = bytearray()
+        self.phase = 0  # 0 head, 1 content-length body, 2 chunked, 3 until close
+        self.status = 0
+        self.remaining = 0
+        self.chunk_left = -1  # -1: expecting a size line; -2: trailers
+        self.close_after = False
+        self.keep_body = False
+        if self.body:
+            self.body = bytearray()
+        if self.events:
+            self.events = []
+        if self.sse:
+            self.sse = bytearray()
+        self.usage_in = None
+        self.usage_out = None
+        self.stream_error = None
 
     # -- asyncio callbacks -------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -103,9 +115,13 @@ class _Conn(asyncio.Protocol):
         self.engine._lost(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.spec is None:
+        spec = self.spec
+        if spec is None:
             return
         now = perf_counter()
+        plain = not (spec.stream or spec.expects_json)
+        if self.phase == 0 and plain and not self.buf and self._whole(data, spec, now):
+            return
         self.buf += data
         if self.phase == 0 and not self._head():
             return
@@ -142,6 +158,28 @@ class _Conn(asyncio.Protocol):
         self.engine._record(self, result, reuse=False)
 
     # -- parsing -----------------------------------------------------------
+    def _whole(self, data: bytes, spec: RequestSpec, now: float) -> bool:
+        """Fast path: a whole 2xx answer with Content-Length in one read (the common
+        case under load); False leaves it to the general parser."""
+        end = data.find(b"\r\n\r\n")
+        if end < 0 or data[9:10] != b"2":
+            return False
+        head = data[:end].lower()
+        i = head.find(b"\r\ncontent-length:")
+        if i < 0 or b"transfer-encoding" in head:
+            return False
+        j = head.find(b"\r\n", i + 17)
+        if len(data) != end + 4 + int(head[i + 17 : j if j >= 0 else end]):
+            return False
+        self.status = int(data[9:12])
+        reuse = b"\r\nconnection: close" not in head and not data.startswith(b"HTTP/1.0")
+        self.spec = None
+        latency = now - self.intended
+        result = RequestResult(self.intended, self.sent, latency, self.status,
+                               prompt_tokens=spec.prompt_tokens)  # fmt: skip
+        self.engine._record(self, result, reuse=reuse)
+        return True
+
     def _head(self) -> bool:
         end = self.buf.find(b"\r\n\r\n")
         if end < 0:

@@ -108,6 +108,9 @@ class LoadReport:
     ttft: LatencyStats
     tpot: LatencyStats
     itl: LatencyStats
+    #: Latency from the actual send (what a closed-loop tool such as wrk reports);
+    #: the gap to ``e2e`` is time requests waited in the client (open loop).
+    e2e_from_send: LatencyStats | None = None
     errors: dict[str, int] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     max_client_queue: int = 0
@@ -216,6 +219,7 @@ def summarize(
         ttft=LatencyStats.of([r.ttft for r in ok if r.ttft is not None]),
         tpot=LatencyStats.of(tpots),
         itl=LatencyStats.of(itls),
+        e2e_from_send=LatencyStats.of([r.latency - (r.sent - r.intended) for r in ok]),
         errors=dict(errors),
         error_codes=dict(codes),
         max_client_queue=max_client_queue,
