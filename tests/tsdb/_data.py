@@ -63,6 +63,21 @@ def _gauges(rng: random.Random) -> Iterator[Row]:
             yield "conf_info", {"instance": inst, "version": f"1.{ord(inst) - 96}"}, 1.0, t
 
 
+def _odd_values(rng: random.Random) -> Iterator[Row]:
+    """A gauge that is sometimes NaN or infinite, and a constant non-representable one."""
+    for inst in ("a", "b", "c", "d"):
+        for t in _times():
+            roll = rng.random()
+            if roll < 0.08:
+                value = math.nan
+            elif roll < 0.12:
+                value = math.inf if inst != "d" else -math.inf
+            else:
+                value = round(rng.uniform(-5, 5), 3)
+            yield "conf_ratio", {"instance": inst}, value, t
+            yield "conf_const", {"instance": inst}, 0.1, t
+
+
 def _histograms(rng: random.Random) -> Iterator[Row]:
     bounds = [float(b) for b in BUCKETS]
     for inst in ("a", "b", "c"):
@@ -86,7 +101,7 @@ def _histograms(rng: random.Random) -> Iterator[Row]:
 
 def generate(seed: int = 7) -> list[Row]:
     rng = random.Random(seed)
-    return [*_counters(rng), *_gauges(rng), *_histograms(rng)]
+    return [*_counters(rng), *_gauges(rng), *_histograms(rng), *_odd_values(rng)]
 
 
 def _fmt_labels(labels: dict[str, str]) -> str:

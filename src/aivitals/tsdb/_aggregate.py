@@ -144,7 +144,8 @@ def quantile(q: float, values: list[float]) -> float:
         return -math.inf
     if q > 1:
         return math.inf
-    ordered = sorted(values)
+    # Go's sort.Float64s puts NaN first; Python's sort leaves NaN wherever it was.
+    ordered = [v for v in values if v != v] + sorted(v for v in values if v == v)
     n = len(ordered)
     rank = q * (n - 1)
     lower = max(0, math.floor(rank))
