@@ -66,14 +66,7 @@ class DemoService:
             registry=self.registry,
         )
         self.gpu: GpuAccount | None = None
-        self.pool = InstrumentedExecutor(
-            concurrent.futures.ThreadPoolExecutor(
-                max_workers=config.workers, thread_name_prefix="aivitals-demo-worker"
-            ),
-            name="model",
-            max_queue=config.queue_size,
-            registry=self.registry,
-        )
+        self._pool: InstrumentedExecutor | None = None
         self._stuck = threading.Event()
         self._stuck.set()
         self._leak: list[bytearray] = []
@@ -92,6 +85,16 @@ class DemoService:
 
     # --- life -----------------------------------------------------------------------------
     def start(self) -> None:
+        # Built here, after create_app wired the protection layer: both share the
+        # queue_* families of the registry, and protect's must exist first.
+        self._pool = InstrumentedExecutor(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.config.workers, thread_name_prefix="aivitals-demo-worker"
+            ),
+            name="model",
+            max_queue=self.config.queue_size,
+            registry=self.registry,
+        )
         models = self.models()
         self.gpu = make_gpu_account(
             models.device,
@@ -106,7 +109,8 @@ class DemoService:
         self.ready = False
         self.faults.stop_all()
         self._stuck.set()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         if self.gpu is not None:
             self.gpu.close()
         self.cache.close()
@@ -157,6 +161,12 @@ class DemoService:
         return {}
 
     # --- the pool -------------------------------------------------------------------------
+    @property
+    def pool(self) -> InstrumentedExecutor:
+        if self._pool is None:
+            raise ServiceError("the demo service was not started")
+        return self._pool
+
     @property
     def queue_length(self) -> int:
         return self.pool.waiting
