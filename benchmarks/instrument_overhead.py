@@ -254,7 +254,7 @@ def _find(pattern: str, text: str) -> str:
 
 
 def run_wrk(port: int, duration: float, connections: int, script: str) -> dict[str, float]:
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{duration}s"]
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s"]
     cmd += ["--latency", "-s", script, f"http://127.0.0.1:{port}/echo"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)

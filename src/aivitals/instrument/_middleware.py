@@ -274,16 +274,14 @@ class AivitalsMiddleware:
 
     def _log_received(self, scope: Scope, children: _RouteChildren, ex: _Exchange) -> None:
         ex.received_logged = True
-        log_event(
-            "received",
-            {
-                "method": children.labels[0],
-                "route": children.labels[1],
-                "path": scope["path"],
-                "body_size_bytes": ex.body_bytes,
-                "body_complete": ex.body_done,
-            },
-        )
+        fields = {
+            "method": children.labels[0],
+            "route": children.labels[1],
+            "body_size_bytes": ex.body_bytes,
+        }
+        if ex.body_bytes and not ex.body_done:
+            fields["body_complete"] = False  # logged at the response: the app read part of it
+        log_event("received", fields)
 
     def _log_responded(
         self,
@@ -296,18 +294,16 @@ class AivitalsMiddleware:
     ) -> None:
         if not ex.received_logged:
             self._log_received(scope, children, ex)
-        log_event(
-            "responded",
-            {
-                "method": children.labels[0],
-                "route": children.labels[1],
-                "status": status,
-                "total_time_ms": round(seconds * 1000.0, 3),
-                "gpu_time_ms": round(state.gpu_time * 1000.0, 3),
-                "response_size_bytes": ex.response_bytes,
-                "client_disconnected": ex.disconnected and not ex.response_done,
-            },
-        )
+        fields = {
+            "route": children.labels[1],
+            "status": status,
+            "total_time_ms": round(seconds * 1000.0, 3),
+            "gpu_time_ms": round(state.gpu_time * 1000.0, 3),
+            "response_size_bytes": ex.response_bytes,
+        }
+        if ex.disconnected and not ex.response_done:
+            fields["client_disconnected"] = True
+        log_event("responded", fields)
 
 
 _FAMILIES = (
