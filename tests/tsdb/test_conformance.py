@@ -318,13 +318,47 @@ ODD = [
     "sum by (instance) (conf_ratio) / on(instance) conf_const",
     'scalar(conf_ratio{instance="a"}) * conf_const',
 ]
+CALENDAR = [
+    "hour()",
+    "minute()",
+    "day_of_week()",
+    "day_of_month()",
+    "day_of_year()",
+    "days_in_month()",
+    "month()",
+    "year()",
+    "hour(conf_temperature_celsius * 100000)",
+    "minute(timestamp(conf_up))",
+    "day_of_week(conf_requests_total * 1000)",
+    "days_in_month(conf_requests_total * 5000)",
+    "month(conf_requests_total * 7000)",
+    "year(conf_requests_total * 90000)",
+    "day_of_year(conf_requests_total * 3000)",
+    "cos(conf_temperature_celsius)",
+    "sin(conf_ratio)",
+    "tan(conf_temperature_celsius)",
+    "acos(conf_ratio / 5)",
+    "asin(conf_ratio / 5)",
+    "atan(conf_ratio)",
+    "cosh(conf_ratio)",
+    "sinh(conf_ratio)",
+    "tanh(conf_ratio)",
+    "acosh(conf_temperature_celsius)",
+    "asinh(conf_ratio)",
+    "atanh(conf_ratio / 5)",
+    "deg(conf_ratio)",
+    "rad(conf_temperature_celsius)",
+    "pi()",
+]
 ERRORS = [
     "conf_requests_total + on() conf_requests_total",
     "conf_temperature_celsius + ignoring(zone) conf_temperature_celsius",
     'label_replace(conf_up, "instance", "x", "instance", ".*")',
     "rate(conf_requests_total[5m]) + on(job) group_left rate(conf_requests_total[5m])",
 ]
-EXPRESSIONS = SEL + RATES + OVER_TIME + HISTOGRAMS + MATH + AGG + BINARY + SUBQ + NESTED + ODD
+EXPRESSIONS = (
+    SEL + RATES + OVER_TIME + HISTOGRAMS + MATH + AGG + BINARY + SUBQ + NESTED + ODD + CALENDAR
+)
 INSTANTS = [T0 + 1807, T0 + 4500, T0 + 5400 + 30, T0 + 7230, END, END + 200, END + 400]
 RANGE_EXPRS = [
     "conf_temperature_celsius",

@@ -403,6 +403,30 @@ def _sort(order: str) -> Callable[..., Value]:
     return run
 
 
+def _date(part: Callable[[Any], Any]) -> Callable[..., Value]:
+    """``hour()``, ``month(v)``, ...: a UTC calendar field of ``v`` (default: now)."""
+
+    def run(ctx: Context, args: list[Any]) -> Value:
+        if args:
+            vec = _vector_arg(ctx, args[0], "date function")
+        else:
+            now = ctx.ts.astype(np.float64)[None, :] / 1000
+            vec = Vec([()], now, np.ones((1, ctx.n), dtype=bool))
+        finite = np.isfinite(vec.v)
+        secs = np.where(finite, np.trunc(vec.v), 0).astype(np.int64).astype("datetime64[s]")
+        return _with_values(vec, np.where(finite, part(secs).astype(np.float64), np.nan))
+
+    return run
+
+
+def _days(t: Any, unit: str) -> Any:
+    return (t.astype("datetime64[D]") - t.astype(unit).astype("datetime64[D]")).astype(np.int64)
+
+
+def _pi(ctx: Context, args: list[Any]) -> Value:
+    return Scalar(np.full(ctx.n, math.pi))
+
+
 def _string_arg(ctx: Context, arg: Any, what: str) -> str:
     value = evaluate(ctx, arg)
     if not isinstance(value, String):
@@ -604,6 +628,34 @@ _FUNCS: dict[str, Callable[[Context, list[Any]], Value]] = {
     "sort": _sort("asc"),
     "sort_desc": _sort("desc"),
     "label_replace": _label_replace,
+    "minute": _date(lambda t: (t.astype("datetime64[m]") - t.astype("datetime64[h]")).astype(int)),
+    "hour": _date(lambda t: (t.astype("datetime64[h]") - t.astype("datetime64[D]")).astype(int)),
+    "day_of_week": _date(lambda t: (t.astype("datetime64[D]").astype(np.int64) + 4) % 7),
+    "day_of_month": _date(lambda t: _days(t, "datetime64[M]") + 1),
+    "day_of_year": _date(lambda t: _days(t, "datetime64[Y]") + 1),
+    "days_in_month": _date(
+        lambda t: (
+            (t.astype("datetime64[M]") + 1).astype("datetime64[D]")
+            - t.astype("datetime64[M]").astype("datetime64[D]")
+        ).astype(np.int64)
+    ),
+    "month": _date(lambda t: t.astype("datetime64[M]").astype(np.int64) % 12 + 1),
+    "year": _date(lambda t: t.astype("datetime64[Y]").astype(np.int64) + 1970),
+    "acos": _math(np.arccos, "acos"),
+    "acosh": _math(np.arccosh, "acosh"),
+    "asin": _math(np.arcsin, "asin"),
+    "asinh": _math(np.arcsinh, "asinh"),
+    "atan": _math(np.arctan, "atan"),
+    "atanh": _math(np.arctanh, "atanh"),
+    "cos": _math(np.cos, "cos"),
+    "cosh": _math(np.cosh, "cosh"),
+    "sin": _math(np.sin, "sin"),
+    "sinh": _math(np.sinh, "sinh"),
+    "tan": _math(np.tan, "tan"),
+    "tanh": _math(np.tanh, "tanh"),
+    "deg": _math(np.degrees, "deg"),
+    "rad": _math(np.radians, "rad"),
+    "pi": _pi,
     "label_join": _label_join,
 }
 
