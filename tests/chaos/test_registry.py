@@ -52,6 +52,19 @@ def test_expected_alerts_exist_in_the_shipped_rule_pack() -> None:
         assert set(info.alerts) <= names, (info.name, set(info.alerts) - names)
 
 
+def test_layers_agree_with_the_diagnosis_knowledge_base() -> None:
+    kb = RULES.parents[2] / "diagnose" / "signatures"
+    if not kb.is_dir():
+        pytest.skip("diagnosis signatures not present yet")
+    for path in kb.glob("*.y*ml"):
+        doc = yaml.safe_load(path.read_text())
+        items = doc.get("signatures", []) if isinstance(doc, dict) else doc
+        for sig in items or []:
+            info = FAULT_TABLE.get(sig.get("id", ""))
+            if info is not None:
+                assert info.layer == sig.get("layer"), (info.name, info.layer, sig.get("layer"))
+
+
 def test_unknown_fault_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown fault 'gpu_melt'.*cpu_burn"):
         get_fault("gpu_melt")

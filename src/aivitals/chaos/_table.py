@@ -126,7 +126,7 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     (
         "timeouts_not_aborting",
-        "model",
+        "service",
         ("HTTP504RateHigh",),
         "a deadline cancels only the await; the GPU work keeps running (in-process)",
     ),
