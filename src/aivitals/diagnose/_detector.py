@@ -185,11 +185,15 @@ class StreamingDetector:
         expected = self._predict(x)
         floor = np.fmax(cfg.rel_floor * s.magnitude, cfg.abs_floor)
         scale = np.fmax(s.scale, floor)
-        resid = np.where(active, x - expected, 0.0)
-        z = resid / scale
-        s.short = np.where(active, s.short + cfg.short_alpha * (z - s.short), s.short)
-        s.cpos = np.where(active, np.maximum(0.0, s.cpos + z - cfg.cusum_k), s.cpos)
-        s.cneg = np.where(active, np.maximum(0.0, s.cneg - z - cfg.cusum_k), s.cneg)
+        with np.errstate(over="ignore", invalid="ignore"):
+            resid = np.where(active, x - expected, 0.0)
+            z = np.nan_to_num(resid / scale, nan=0.0, posinf=1e12, neginf=-1e12)
+        # The shift and drift views see z winsorised at the spike level, so one
+        # outlier cannot pass for a level change.
+        zc = np.clip(z, -cfg.spike_z, cfg.spike_z)
+        s.short = np.where(active, s.short + cfg.short_alpha * (zc - s.short), s.short)
+        s.cpos = np.where(active, np.maximum(0.0, s.cpos + zc - cfg.cusum_k), s.cpos)
+        s.cneg = np.where(active, np.maximum(0.0, s.cneg - zc - cfg.cusum_k), s.cneg)
         ratio = np.maximum.reduce(
             [
                 np.abs(z) / cfg.spike_z,
@@ -197,6 +201,8 @@ class StreamingDetector:
                 np.maximum(s.cpos, s.cneg) / cfg.cusum_h,
             ]
         )
+        # Clipped so that absurd values (1e300) score 1 instead of overflowing.
+        ratio = np.nan_to_num(np.clip(ratio, 0.0, 1e6), nan=0.0)
         score = np.where(active, ratio**2 / (1.0 + ratio**2), 0.0)
         self.last_z = np.where(active, z, 0.0)
         self._learn(x, resid, scale, active, ratio)

@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aivitals.diagnose import HIGH_CONFIDENCE, Event, Shape, corpus, diagnose
+from aivitals.errors import BackendError, BackendTimeout
+from aivitals.tsdb import QueryResult, Store
+
+DURATION = 600.0
+
+
+@functools.cache
+def _loaded(fault: str | None, seed: int = 1, partial: bool = False) -> tuple[Any, Store]:
+    sc = corpus.scenario(fault, seed=seed, duration=DURATION, partial=partial)
+    store = corpus.to_store(sc)
+    assert isinstance(store, Store)
+    return sc, store
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected", "layer"),
+    [
+        ("gpu_memory_leak", "gpu_memory_leak", "model"),
+        ("connection_flood", "connection_flood", "service"),
+        ("disk_io_saturation", "disk_io_saturation", "infrastructure"),
+        ("malformed_inputs", "malformed_inputs", "business"),
+        ("redis_down", "dependency_down", "service"),
+    ],
+)
+def test_a_fault_is_named_first_with_its_layer(fault: str, expected: str, layer: str) -> None:
+    sc, store = _loaded(fault)
+    d = diagnose(store, end=sc.end, events=sc.events)
+    top = d.findings[0]
+    assert (top.signature, top.layer) == (expected, layer)
+    assert top.confidence >= HIGH_CONFIDENCE
+    assert top.first_deviation is not None and top.first_deviation >= sc.fault_start - 5
+    assert top.commands and top.stop_loss
+    assert all(e.held for e in top.evidence if e.role == "required")
+
+
+def test_leak_runbook_names_the_real_pid_and_gpu() -> None:
+    sc, store = _loaded("gpu_memory_leak")
+    top = diagnose(store, end=sc.end).findings[0]
+    assert "pid 4242" in top.title and "GPU 0" in top.title
+    assert any("py-spy dump --pid 4242" in c for c in top.commands)
+
+
+def test_fault_free_traffic_has_no_high_confidence_finding() -> None:
+    sc, store = _loaded(None)
+    d = diagnose(store, end=sc.end)
+    assert [f.signature for f in d.findings if f.confidence >= HIGH_CONFIDENCE] == []
+    assert d.shape is Shape.HEALTHY
+
+
+def test_counter_reset_after_restart_is_read_as_a_cold_start() -> None:
+    sc, store = _loaded("cold_start")
+    d = diagnose(store, end=sc.end)
+    assert d.findings[0].signature == "cold_start"
+
+
+class _Failing:
+    """A backend that fails like a sick Prometheus: every query, or some."""
+
+    def __init__(self, inner: Store | None, exc: Exception, when: str = "") -> None:
+        self.inner, self.exc, self.when = inner, exc, when
+
+    def query(self, expr: str, at: float | None = None) -> QueryResult:
+        if self.inner is None or self.when in expr:
+            raise self.exc
+        return self.inner.query(expr, at)
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult:
+        if self.inner is None or self.when in expr:
+            raise self.exc
+        return self.inner.query_range(expr, start, end, step)
+
+
+def test_a_backend_that_times_out_gives_a_diagnosis_that_says_so() -> None:
+    d = diagnose(_Failing(None, BackendTimeout("no answer in 10 s")), end=1e9)
+    assert all(f.confidence < 0.5 for f in d.findings)
+    assert any("BackendTimeout" in u.why for u in d.unseen)
+
+
+def test_failing_gpu_queries_hide_gpu_findings_and_keep_the_rest() -> None:
+    sc, store = _loaded("connection_flood")
+    d = diagnose(_Failing(store, BackendError("500 from server"), when="gpu_"), end=sc.end)
+    assert d.findings[0].signature == "connection_flood"
+    assert any("gpu_" in u.what and "BackendError" in u.why for u in d.unseen)
+
+
+def test_missing_exporters_are_listed_and_lower_confidence() -> None:
+    sc, full = _loaded("connection_flood")
+    store = Store(retention=7200)
+    for name, labels, ts, vals in corpus.samples(sc):
+        if name.startswith(("service_process_", "http_request_duration")):
+            continue  # the process collector and the HTTP middleware are missing
+        for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+            store.append(name, labels, v, t)
+    d = diagnose(store, end=sc.end)
+    whole = diagnose(full, end=sc.end)
+    assert any("service_process_open_fds" in u.what for u in d.unseen)
+    mine = next(f for f in d.findings if f.signature == "connection_flood")
+    assert mine.confidence < whole.findings[0].confidence
+    assert any(not e.seen for e in mine.evidence)
+
+
+def test_contradicting_evidence_lowers_confidence() -> None:
+    sc, store = _loaded("gpu_memory_leak")
+    clean = next(f for f in diagnose(store, end=sc.end).findings
+                 if f.signature == "gpu_memory_leak")
+    # the same leak while traffic doubles: the leak is still there, but less certain
+    sc2 = corpus.scenario("gpu_memory_leak", seed=1, duration=DURATION)
+    corpus.FAULTS["traffic_surge"][0](sc2.state, int(DURATION - 180), np.random.default_rng(0), [])
+    mixed = diagnose(corpus.to_store(sc2), end=sc2.end)  # type: ignore[arg-type]
+    leak = next(f for f in mixed.findings if f.signature == "gpu_memory_leak")
+    assert leak.confidence < clean.confidence
+    assert any(e.role == "contradicting" and e.held for e in leak.evidence)
+
+
+def test_gaps_and_out_of_order_samples_do_not_break_the_diagnosis() -> None:
+    sc = corpus.scenario("network_loss", seed=3, duration=DURATION)
+    store = Store(retention=7200)
+    for name, labels, ts, vals in corpus.samples(sc):
+        keep = (ts < sc.start + 300) | (ts > sc.start + 360)  # a one-minute gap
+        for t, v in zip(ts[keep].tolist(), vals[keep].tolist(), strict=True):
+            store.append(name, labels, v, t)
+    from aivitals.signals import Sample
+
+    late = [Sample("host_load1", {}, 99.0, sc.start + 10.0)]  # a clock that went back
+    stats = store.append_samples(late, default_timestamp=sc.end)
+    assert stats.rejected_total == 1
+    d = diagnose(store, end=sc.end)
+    assert d.findings[0].signature == "network_loss"
+
+
+def test_kernel_events_are_evidence() -> None:
+    sc, store = _loaded("gpu_xid")
+    d = diagnose(store, end=sc.end, events=sc.events)
+    top = d.findings[0]
+    assert top.signature == "gpu_xid" and "Xid 79" in top.title
+    assert any(e.held and "kernel" in e.expr for e in top.evidence)
+    assert d.events and d.events[0].kind == "kernel"
+
+
+def test_alerts_are_taken_as_events() -> None:
+    sc, store = _loaded("gpu_memory_leak")
+
+    class Alert:
+        alertname = "GPUMemoryHigh"
+        labels = {"gpu": "0"}
+        state = "firing"
+        active_at = sc.fault_start + 30
+        fired_at = sc.fault_start + 60
+
+    d = diagnose(store, end=sc.end, alerts=[Alert()])
+    assert any(e.kind == "alert" and "GPUMemoryHigh" in e.text for e in d.events)
+
+
+def test_an_unknown_fault_still_gets_the_anomalous_layer() -> None:
+    sc = corpus.scenario(None, seed=4, duration=DURATION, after=180)
+    at = int(DURATION - 180)
+    sc.state.disk_util[at:] = 0.6  # busy, but under every disk signature's threshold
+    d = diagnose(corpus.to_store(sc), end=sc.end)  # type: ignore[arg-type]
+    top = d.findings[0]
+    assert top.signature == "anomaly_infrastructure"
+    assert top.confidence < 0.5
+    assert any("disk_busy" in e.says for e in top.evidence)
+
+
+def test_events_outside_the_window_are_ignored() -> None:
+    sc, store = _loaded(None)
+    old = Event(sc.start - 3600, "kernel", "NVRM: Xid (PCI:0000:3b:00): 79")
+    d = diagnose(store, end=sc.end, events=[old])
+    assert d.events == []
+    assert all(f.signature != "gpu_xid" for f in d.findings)

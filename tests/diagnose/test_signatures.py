@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import promql_parser
+import pytest
+
+from aivitals import signals
+from aivitals.diagnose import load_signatures, parse_signatures
+from aivitals.diagnose._signatures import LAYERS
+from aivitals.errors import SignatureError
+
+CONTRACT_FAULTS = {
+    "gpu_memory_leak", "gpu_oom", "gpu_xid", "gpu_cotenant", "gpu_contention",
+    "event_loop_blocked", "worker_pool_saturated", "connection_flood", "overlong_inputs",
+    "malformed_inputs", "cache_stampede", "cpu_burn", "process_memory_leak",
+    "disk_io_saturation", "network_loss", "network_latency", "traffic_surge", "cold_start",
+    "timeouts_not_aborting",
+}
+ISSUE_EXTRAS = {
+    "kv_cache_pressure", "qps_limiter_misplaced", "host_oom_kill", "swap_pressure",
+    "input_length_shift", "semantic_degradation", "queue_saturation_idle_gpu",
+    "cpu_bound_preprocessing", "dependency_down",
+}
+
+GOOD = """
+id: my_fault
+layer: service
+title: My fault on {route}
+required:
+  - expr: sum(rate(errors_total[${rate}])) > ${limit}
+    says: Errors happen.
+params: {limit: 3}
+commands: ["curl http://127.0.0.1:{port}/metrics"]
+"""
+
+
+def test_builtin_knowledge_base_has_at_least_25_signatures_covering_the_faults() -> None:
+    sigs = load_signatures()
+    ids = {s.id for s in sigs}
+    assert len(sigs) >= 25
+    assert CONTRACT_FAULTS <= ids
+    assert ISSUE_EXTRAS <= ids
+    redis = next(s for s in sigs if s.id == "dependency_down")
+    assert "redis_down" in redis.aliases
+
+
+def test_every_signature_is_complete_and_every_expression_parses_after_rendering() -> None:
+    for sig in load_signatures():
+        assert sig.layer in LAYERS
+        assert sig.commands, sig.id
+        assert sig.stop_loss, sig.id
+        assert sig.of_role("required") or any(e.role == "required" for e in sig.events)
+        for ev in sig.render(rate="1m").evidence:
+            assert ev.says.strip(), sig.id
+            promql_parser.parse(ev.expr)
+
+
+def test_evidence_uses_catalogue_metric_names_only() -> None:
+    import re
+
+    for sig in load_signatures():
+        for ev in sig.render(rate="1m").evidence:
+            for name in re.findall(r"\b([a-z_]+_(?:total|bytes|seconds|ratio|length|workers|"
+                                   r"fds|connections|hertz|watts|xid|bucket))\b", ev.expr):
+                assert name == "up" or signals.family_of(name) is not None, (sig.id, name)
+
+
+def test_params_and_rate_are_filled_in() -> None:
+    (sig,) = parse_signatures(GOOD)
+    r = sig.render({"limit": 7}, rate="2m")
+    assert r.evidence[0].expr == "sum(rate(errors_total[2m])) > 7"
+    assert sig.render(rate="1m").evidence[0].expr.endswith("> 3")
+
+
+def test_invalid_expression_is_rejected_with_id_and_parse_error() -> None:
+    bad = GOOD.replace("sum(rate(errors_total[${rate}]))", "sum(rate(errors_total[${rate}])")
+    with pytest.raises(SignatureError, match="my_fault.*invalid PromQL"):
+        parse_signatures(bad)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("layer: service", "layer: gpu"), "layer must be one of"),
+        (("id: my_fault", "id: My-Fault"), "lower_snake_case"),
+        (("params: {limit: 3}", "params: {limit: many}"), "param 'limit' must be a number"),
+        (("params: {limit: 3}", "params: {}"), r"params has no 'limit'"),
+        (("title: My fault on {route}", "title: ''"), "title must be a non-empty string"),
+        (("layer: service", "layer: service\nshapes: [slow]"), "unknown shapes"),
+        (("layer: service", "layer: service\nfoo: 1"), "unknown keys"),
+        (("layer: service", "layer: service\nprior: 2"), "prior must be"),
+    ],
+)
+def test_bad_fields_are_rejected_naming_the_problem(change: tuple[str, str], message: str) -> None:
+    with pytest.raises(SignatureError, match=message):
+        parse_signatures(GOOD.replace(*change))
+
+
+def test_a_signature_without_required_evidence_is_rejected() -> None:
+    text = GOOD.replace("required:", "supporting:")
+    with pytest.raises(SignatureError, match="at least one required"):
+        parse_signatures(text)
+
+
+def test_bad_event_regex_is_rejected() -> None:
+    text = GOOD + "events:\n  - {kind: kernel, match: '(unclosed', says: x}\n"
+    with pytest.raises(SignatureError, match="invalid event regex"):
+        parse_signatures(text)
+
+
+def test_not_yaml_is_a_signature_error() -> None:
+    with pytest.raises(SignatureError, match="not valid YAML"):
+        parse_signatures("id: [unclosed")
+
+
+def test_extra_files_load_beside_the_builtin_ones_and_duplicates_are_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "mine.yaml").write_text(GOOD)
+    sigs = load_signatures([tmp_path])
+    assert "my_fault" in {s.id for s in sigs}
+    (tmp_path / "again.yaml").write_text(GOOD)
+    with pytest.raises(SignatureError, match="defined twice"):
+        load_signatures([tmp_path])
