@@ -148,16 +148,19 @@ def _run(
         started = time.monotonic()
         fault_at = started + fault_after if fault else None
         active: Any = None
+        diagnosis: Any = None
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             while duration is None or time.monotonic() - started < duration:
                 now = time.monotonic()
                 if fault_at is not None and now >= fault_at and runner is None:
                     runner, active = _inject(stack, fault or "", fault_duration)
+                if active is not None and diagnosis is None and time.time() > active.ends_at - 2:
+                    diagnosis = _diagnose(stack)  # while the fault is still on
                 status = _status(now - started, duration, fault, active)
                 live.update(render(read_snapshot(stack), title="aivitals demo", status=status))
                 time.sleep(1.0)
         if fault is not None and runner is not None:
-            _print_diagnosis(console, stack, fault)
+            _print_diagnosis(console, diagnosis or _diagnose(stack), fault)
     finally:
         stop.set()
         if runner is not None:
@@ -224,13 +227,18 @@ def _status(elapsed: float, duration: float | None, fault: str | None, active: A
     return " | ".join(parts)
 
 
-def _print_diagnosis(console: Any, stack: Any, fault: str) -> None:
+def _diagnose(stack: Any) -> Any:
+    try:
+        return stack.diagnose()
+    except Exception as exc:  # the demo still ends cleanly; it says why there is no diagnosis
+        return exc
+
+
+def _print_diagnosis(console: Any, diagnosis: Any, fault: str) -> None:
     from rich.markdown import Markdown
 
-    try:
-        diagnosis = stack.diagnose()
-    except Exception as exc:  # the demo still ends cleanly; say why there is no diagnosis
-        console.print(f"[red]no diagnosis: {type(exc).__name__}: {exc}[/]")
+    if isinstance(diagnosis, Exception):
+        console.print(f"[red]no diagnosis: {type(diagnosis).__name__}: {diagnosis}[/]")
         return
     console.rule(f"diagnosis after injecting {fault}")
     console.print(Markdown(diagnosis.to_markdown()))
