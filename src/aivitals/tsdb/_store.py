@@ -98,7 +98,7 @@ class Store:
         self.max_series = max_series
         self._lock = threading.RLock()
         self._series: dict[Labels, Series] = {}
-        self._postings: dict[str, dict[str, set[Labels]]] = {}
+        self._postings: dict[str, dict[str, set[Series]]] = {}
         self._next_id = 0
         self._newest_ms = -(2**62)
         self._since_gc = 0
@@ -263,7 +263,7 @@ class Store:
         self._next_id += 1
         self._series[labels] = series
         for k, v in labels:
-            self._postings.setdefault(k, {}).setdefault(v, set()).add(labels)
+            self._postings.setdefault(k, {}).setdefault(v, set()).add(series)
         self._counts["series_created"] += 1
         return series
 
@@ -295,10 +295,11 @@ class Store:
             return dropped
 
     def _remove(self, labels: Labels) -> None:
-        self._series.pop(labels).dead = True
+        series = self._series.pop(labels)
+        series.dead = True
         for k, v in labels:
             values = self._postings[k]
-            values[v].discard(labels)
+            values[v].discard(series)
             if not values[v]:
                 del values[v]
                 if not values:
@@ -313,7 +314,7 @@ class Store:
             return sorted(self._select(matchers), key=lambda s: s.labels)
 
     def _select(self, matchers: Sequence[Matcher]) -> Iterator[Series]:
-        candidates: set[Labels] | None = None
+        candidates: set[Series] | None = None
         rest: list[tuple[str, str, str, re.Pattern[str] | None]] = []
         for name, op, value in matchers:
             if op == "=" and value != "":
@@ -322,13 +323,14 @@ class Store:
             else:
                 rx = self._regex(value) if op in ("=~", "!~") else None
                 rest.append((name, op, value, rx))
-        pool: Iterable[Labels] = self._series if candidates is None else candidates
-        for labels in pool:
-            if rest:
-                lab = dict(labels)
-                if not all(_matches(op, v, lab.get(n, ""), rx) for n, op, v, rx in rest):
-                    continue
-            yield self._series[labels]
+        pool: Iterable[Series] = self._series.values() if candidates is None else candidates
+        if not rest:
+            yield from pool
+            return
+        for series in pool:
+            lab = dict(series.labels)
+            if all(_matches(op, v, lab.get(n, ""), rx) for n, op, v, rx in rest):
+                yield series
 
     def _regex(self, value: str) -> re.Pattern[str]:
         rx = self._regex_cache.get(value)
@@ -384,8 +386,12 @@ class Store:
             for s in sorted(self._select(matchers), key=_by_id):
                 ts, vals, start = s.ts, s.vals, s.start
                 row_v, row_t, row_m = [], [], []
+                last = len(ts) - 1
+                if last < start:
+                    continue
                 for t in times:
-                    i = bisect_right(ts, t, start) - 1
+                    # The newest sample is usually the one wanted: skip the bisection.
+                    i = last if ts[last] <= t else bisect_right(ts, t, start) - 1
                     if i >= start and ts[i] >= t - lookback:
                         v = vals[i]
                         if v == v or not is_stale(v):
@@ -435,7 +441,8 @@ class Store:
             if metric is None:
                 return sorted(self._postings.get(label, {}))
             names = self._postings.get("__name__", {}).get(metric, set())
-            return sorted({dict(lb)[label] for lb in names if label in dict(lb)})
+            values = (dict(s.labels).get(label) for s in names)
+            return sorted({v for v in values if v is not None})
 
     def stats(self) -> dict[str, Any]:
         """Counters and sizes: series, samples, bytes, appends, refusals by reason."""
