@@ -8,7 +8,7 @@ import pytest
 
 from aivitals.chaos import FaultContext
 from aivitals.collect.gpu import SimGPU
-from aivitals.errors import ConfigError, FaultError
+from aivitals.errors import ConfigError, FaultError, FaultRefused
 from tests.chaos.conftest import assert_clean, run_processes
 from tests.load._server import tiny_server
 
@@ -59,6 +59,14 @@ def test_gpu_cotenant_takes_memory_periodically(
         assert pid not in sim.processes(0)
         run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+def test_real_gpu_cotenant_is_refused_without_cuda(runner_factory) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the GPU-machine script covers real=1")
+    with runner_factory() as runner, pytest.raises(FaultRefused, match="no CUDA device"):
+        runner.start("gpu_cotenant", duration=5, real=1)
 
 
 def test_gpu_oom_holds_memory_and_sends_overlong_prompts(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from ..errors import FaultRefused
 from ..load import completions_request, make_prompt
 from ._clients import client_load
 from ._fault import Fault, FaultContext, FaultEffect
@@ -22,6 +23,15 @@ def _sim(ctx: FaultContext):  # type: ignore[no-untyped-def]
     from ..collect.gpu import SimGPU
 
     return SimGPU(Path(ctx.require("sim_gpu_dir")))
+
+
+def _require_cuda(gpu: int) -> None:
+    try:
+        import torch
+    except ImportError as exc:
+        raise FaultRefused("real=1 needs torch (pip install 'aivitals[demo]')") from exc
+    if not torch.cuda.is_available() or gpu >= torch.cuda.device_count():
+        raise FaultRefused(f"real=1: no CUDA device {gpu} here; use the sim GPU (real=0)")
 
 
 class GpuXid(Fault):
@@ -48,41 +58,42 @@ class GpuXid(Fault):
 
 
 class GpuCotenant(Fault):
-    """Another process takes ``share`` of the sim GPU's memory for ``on_seconds``
-    of every ``period_seconds`` (an offline batch job), keeping the SMs busy."""
+    """Another process takes ``share`` of the GPU's memory for ``on_seconds`` of
+    every ``period_seconds`` (an offline batch job), keeping the SMs busy.
+
+    ``real`` 0 (default) acts on the simulated GPU of ``sim_gpu_dir``; ``real`` 1
+    allocates on CUDA device ``gpu`` with torch and runs matmuls (a GPU machine).
+    """
 
     name = "gpu_cotenant"
-    params = {
-        "share": (0.6, 0.01, 1.0),
-        "period_seconds": (10, 1, 3600),
-        "on_seconds": (5, 0.5, 3600),
-    }
+    params = {"share": (0.6, 0.01, 1.0), "period_seconds": (10, 1, 3600),
+              "on_seconds": (5, 0.5, 3600), "real": (0, 0, 1)}  # fmt: skip
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
+        common = {"gpu": ctx.gpu, "share": self.values["share"],
+                  "on_seconds": self.values["on_seconds"],
+                  "period_seconds": self.values["period_seconds"]}  # fmt: skip
+        if self.values["real"]:
+            _require_cuda(ctx.gpu)
+            pid = self.helper("cotenant_cuda", "gpu_cotenant", **common)
+            return FaultEffect(client_url=ctx.target, details={"pid": pid, "device": "cuda"})
         state_dir = str(ctx.require("sim_gpu_dir"))
         _sim(ctx)  # make sure the device exists before the helper uses it
-        pid = self.helper(
-            "cotenant",
-            "gpu_cotenant",
-            state_dir=state_dir,
-            gpu=ctx.gpu,
-            share=self.values["share"],
-            on_seconds=self.values["on_seconds"],
-            period_seconds=self.values["period_seconds"],
-        )
+        pid = self.helper("cotenant", "gpu_cotenant", state_dir=state_dir, **common)
         # The sim releases a dead process's memory; the entry frees it explicitly too.
         self.record("sim_alloc", state_dir=state_dir, gpu=ctx.gpu, pid=pid, nbytes=2**62)
-        return FaultEffect(client_url=ctx.target, details={"pid": pid})
+        return FaultEffect(client_url=ctx.target, details={"pid": pid, "device": "sim"})
 
 
 class GpuOOM(Fault):
     """Over-long inputs whose KV-cache reservation no longer fits.
 
     A client sends prompts of ``prompt_tokens`` with ``max_tokens`` to
-    ``/v1/completions`` at ``concurrency``. With ``fill`` > 0 the service's own
-    GPU account first holds that share of the free sim memory (what allocator
-    fragmentation and cached blocks do on a long-running server), so the long
-    requests fail with CUDA OOM while short ones still fit.
+    ``/v1/completions`` at ``concurrency``. On the sim GPU, with ``fill`` > 0,
+    the service's own GPU account first holds that share of the free sim memory
+    (what allocator fragmentation and cached blocks do on a long-running
+    server), so the long requests fail with CUDA OOM while short ones still
+    fit. On a real GPU (no ``sim_gpu_dir``) only the inputs act.
     """
 
     name = "gpu_oom"
@@ -96,7 +107,8 @@ class GpuOOM(Fault):
     def _start(self, ctx: FaultContext) -> FaultEffect:
         fill = self.values["fill"]
         held = 0
-        if fill > 0:
+        # Without a sim GPU (a real one) only the over-long inputs act.
+        if fill > 0 and ctx.sim_gpu_dir is not None:
             sim = _sim(ctx)
             pid = int(ctx.require("service_pid"))
             held = int(sim.device(ctx.gpu).memory_free * fill)

@@ -8,7 +8,8 @@ ends it sooner.
 
 Kinds: ``cpu`` (busy loops, the fallback when stress-ng is absent), ``disk``
 (writes + fsync, the fallback when fio is absent), ``flood`` (idle keep-alive
-connections), ``cotenant`` (periodic sim GPU allocations), ``proxy`` (a TCP
+connections), ``cotenant`` (periodic sim GPU allocations; ``cotenant_cuda`` with torch on a
+real GPU), ``proxy`` (a TCP
 proxy that can listen inside a network namespace and add delay), ``load``
 (a load-generator loop with given request bodies).
 """
@@ -154,6 +155,29 @@ def _busy(sim: Any, gpu: int, seconds: float) -> None:
         sim.busy(gpu, 0.2)  # the batch job's kernels keep the SMs busy
 
 
+def cotenant_cuda(args: dict[str, Any]) -> None:
+    """The same batch job on a real GPU: torch allocations and matmuls."""
+    import torch  # only on a GPU machine with the demo extra
+
+    dev = torch.device(f"cuda:{int(args['gpu'])}")
+    deadline = float(args["deadline"])
+    on_s, period = float(args["on_seconds"]), float(args["period_seconds"])
+    while time.time() < deadline:
+        _, total = torch.cuda.mem_get_info(dev)
+        try:
+            block = torch.empty(int(total * float(args["share"])), dtype=torch.uint8, device=dev)
+            a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+            end = min(time.time() + on_s, deadline)
+            while time.time() < end:
+                a = (a @ a).clamp_(-1, 1)
+                torch.cuda.synchronize(dev)
+            del block, a
+        except torch.cuda.OutOfMemoryError:
+            pass  # the serving process holds too much right now; try next period
+        torch.cuda.empty_cache()
+        time.sleep(max(0.0, min(period - on_s, deadline - time.time())))
+
+
 # -- proxy ---------------------------------------------------------------------
 def _setns(fd: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
@@ -286,6 +310,7 @@ HELPERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "disk": disk,
     "flood": flood,
     "cotenant": cotenant,
+    "cotenant_cuda": cotenant_cuda,
     "proxy": proxy,
     "load": load,
 }
