@@ -126,10 +126,19 @@ def test_classify_line_odd_formats(line: str, kind: str, field: str | None, valu
 
 
 def test_unreadable_kernel_log_is_down_not_raised(tmp_path: Path) -> None:
-    collector = KernelLogCollector(KmsgSource(str(tmp_path / "missing")))
+    source = KmsgSource(str(tmp_path / "missing"), from_start=True)
+    collector = KernelLogCollector(source)
     samples = list(collector.collect())
     assert _values(samples, "aivitals_collector_up") == {(("collector", "kernel"),): 0}
     assert sum(_values(samples, "aivitals_collector_errors_total").values()) == 1
+    # Left alone for a while, still reported down, without touching the source.
+    (tmp_path / "missing").write_text("4,1,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1\n")
+    samples = list(collector.collect())
+    assert _values(samples, "aivitals_collector_up") == {(("collector", "kernel"),): 0}
+    collector._retry_at = 0.0  # the retry time has come
+    samples = list(collector.collect())
+    assert _values(samples, "aivitals_collector_up") == {(("collector", "kernel"),): 1}
+    assert _values(samples, "kernel_log_lines_total")[(("kind", "xid"),)] == 1
 
 
 DMESG = """[   61.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU off the bus.

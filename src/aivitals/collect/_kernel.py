@@ -42,6 +42,7 @@ _IO = re.compile(
 _MAX_LABELS = 100  # distinct process/device label values kept before folding
 _OTHER = "<other>"
 KINDS = ("xid", "oom", "hung_task", "io_error", "other")
+RETRY_S = 60.0  # how long an unreadable kernel log is left alone before trying again
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,7 @@ class KernelLogCollector(BaseCollector):
         self._events: list[Event] = []
         self._lock = threading.Lock()
         self._malformed_seen = 0
+        self._retry_at = 0.0
 
     def _source(self) -> KmsgSource | DmesgSource:
         if self.source is None:
@@ -245,9 +247,14 @@ class KernelLogCollector(BaseCollector):
         return self.source
 
     def _collect(self) -> Iterable[Sample]:
+        now = time.monotonic()
+        if now < self._retry_at:
+            # Unreadable a moment ago: do not spawn dmesg every second to learn it again.
+            raise CollectorError("kernel log unreadable (retrying later)")
         try:
             records = self._source().read()
         except (OSError, subprocess.SubprocessError) as exc:
+            self._retry_at = now + RETRY_S
             raise CollectorError(f"kernel log unreadable: {exc}") from exc
         for rec in records:
             self._take(rec)
