@@ -166,6 +166,12 @@ class ExpositionParser:
                     if line.startswith("# EOF"):
                         raise _Unusual
                     continue
+                # Steady state: the text before the last space is a key seen before.
+                head, _, last = line.rpartition(" ")
+                entry = cache.get(head)
+                if entry is not None:
+                    append((entry, _parse_value(last), None))
+                    continue
                 close = line.rfind("}")
                 if close >= 0:
                     key, rest = line[: close + 1], line[close + 1 :].split()
@@ -177,6 +183,8 @@ class ExpositionParser:
                     cache[key] = entry
                 if len(rest) == 1:
                     append((entry, _parse_value(rest[0]), None))
+                    if last == rest[0]:
+                        cache[head] = entry
                 elif len(rest) == 2 and rest[1].lstrip("-").isdigit():
                     append((entry, _parse_value(rest[0]), int(rest[1])))
                 elif len(rest) == 2:
