@@ -156,3 +156,33 @@ def test_bad_logging_config_is_refused() -> None:
         configure_logging(42)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="cannot be opened"):
         configure_logging("/nonexistent-dir/x/y.jsonl")
+
+
+def test_direct_lines_equal_the_record_path() -> None:
+    from aivitals.instrument import log_event
+
+    stream = io.StringIO()
+    writer = configure_logging(stream, registry=CollectorRegistry())
+    logger = logging.getLogger("aivitals.instrument")
+    fields = {
+        "route": "/x",
+        "status": 200,
+        "ratio": 0.5,
+        "ok": True,
+        "none": None,
+        "prompt": "secret",
+        "nested": {"a": [1, 2]},
+        "odd": object,
+    }
+    try:
+        log_event("same", fields)  # the direct lane: our writer is the only handler
+        logger.addFilter(lambda record: True)  # a filter sends it through a LogRecord
+        log_event("same", fields)
+    finally:
+        logger.filters.clear()
+        writer.stop()
+    direct, via_record = (json.loads(line) for line in stream.getvalue().splitlines())
+    direct.pop("ts")
+    via_record.pop("ts")
+    assert direct == via_record
+    assert direct["prompt"] == "<redacted 6 chars>"
