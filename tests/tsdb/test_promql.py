@@ -39,7 +39,7 @@ def test_invalid_promql_is_a_query_error(store: Store, expr: str) -> None:
         ("double_exponential_smoothing(g[5m], 0.5, 0.5)", "double_exponential_smoothing"),
         ("mad_over_time(g[5m])", "mad_over_time"),
         ("histogram_count(g)", "histogram_count"),
-        ("sort_by_label(g, \"pod\")", "sort_by_label"),
+        ('sort_by_label(g, "pod")', "sort_by_label"),
         ("limitk(1, g)", "limitk"),
     ],
 )

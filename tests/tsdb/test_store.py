@@ -245,3 +245,16 @@ def test_concurrent_appends_and_queries() -> None:
         t.join(timeout=30)
     assert not errors
     assert store.stats()["samples"] == 8000
+
+
+def test_retention_keeps_arrays_compact_at_steady_state() -> None:
+    store = Store(retention=300)
+    for i in range(20_000):
+        store.append("x", {}, float(i), T + i)
+        if i % 1000 == 999:
+            store.expire()
+    (series,) = store._all_series()
+    assert len(series) <= 301 + 1000
+    # the dead head is compacted away, not kept growing
+    assert len(series.ts) <= (301 + 1000) * 9 // 8 + 256
+    assert store.query("x", T + 19_999).values() == [19_999.0]

@@ -275,7 +275,8 @@ class Store:
         if t_ms > self._newest_ms:
             self._newest_ms = t_ms
         self._since_gc += n
-        if self._since_gc >= _GC_EVERY:
+        # Expiry walks every series, so it runs at most once per series-count appends.
+        if self._since_gc >= max(_GC_EVERY, len(self._series)):
             self.expire()
 
     def expire(self) -> int:
