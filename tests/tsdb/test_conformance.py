@@ -378,8 +378,44 @@ RANGE_EXPRS = [
     f"conf_temperature_celsius @ {AT}",
     'count_values("d", conf_queue_depth)',
     "timestamp(conf_temperature_celsius)",
+    "rate(conf_requests_total[5m] @ start())",
+    "conf_temperature_celsius @ end()",
+    "conf_temperature_celsius offset 10m",
+    "irate(conf_requests_total[1m])",
+    "deriv(conf_temperature_celsius[10m])",
+    "predict_linear(conf_temperature_celsius[10m], 600)",
+    "changes(conf_queue_depth[10m])",
+    "resets(conf_requests_total[30m])",
+    "count_over_time(conf_temperature_celsius[3m])",
+    "min_over_time(conf_ratio[2m])",
+    "max_over_time(conf_ratio[5m] offset 1m)",
+    "sum_over_time(conf_const[5m])",
+    "stddev_over_time(conf_temperature_celsius[5m])",
+    "quantile_over_time(0.25, conf_temperature_celsius[5m])",
+    'absent_over_time(conf_temperature_celsius{instance="c",zone="1"}[2m])',
+    "histogram_quantile(0.5, sum by (le, instance) (rate(conf_latency_seconds_bucket[5m])))",
+    'label_replace(conf_up, "host", "$1", "instance", "(.*)")',
+    "quantile by (zone) (0.5, conf_temperature_celsius)",
+    "stddev(conf_ratio)",
+    "avg(conf_ratio)",
+    "bottomk(1, conf_temperature_celsius)",
+    "conf_temperature_celsius > bool 25",
+    "conf_up and on(instance) conf_temperature_celsius > 25",
+    "conf_temperature_celsius unless on(instance) conf_up == 0",
+    "sum by (job) (increase(conf_requests_total[10m])) / 600",
+    "avg_over_time(conf_temperature_celsius[10m:1m])",
+    "min_over_time(sum(conf_temperature_celsius)[30m:5m] offset 5m)",
+    "hour(timestamp(conf_up))",
+    "vector(1) + time()",
+    "-conf_queue_depth",
+    "clamp(conf_ratio, -1, 1)",
 ]
-RANGES = [(T0 + 3000, T0 + 6600, 60), (END - 1800, END + 600, 37), (T0, T0 + 1200, 15)]
+RANGES = [
+    (T0 + 3000, T0 + 6600, 60),
+    (END - 1800, END + 600, 37),
+    (T0, T0 + 1200, 15),
+    (T0 + 3600, T0 + 3600 + 7 * 60, 60),  # few steps: the bisecting selector path
+]
 
 #: Expressions where the embedded answer differs from Prometheus 2.42, with why.
 KNOWN_DIFFERENCES: dict[str, str] = {}
