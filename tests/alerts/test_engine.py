@@ -315,3 +315,28 @@ def test_unknown_group_is_an_error() -> None:
 def test_nan_values_are_reported_as_null() -> None:
     event = AlertEvent("A", {}, {}, "firing", 0.0, 0.0, None, math.nan)
     assert event.to_dict()["value"] is None
+
+
+def test_a_backend_bug_is_contained_to_its_rule() -> None:
+    def answer(expr: str, at: float) -> list[InstantSample]:
+        if "job:x:sum > 10" in expr:
+            raise IndexError("evaluator bug")
+        return [InstantSample({"job": "svc"}, 20.0, at)]
+
+    engine = RuleEngine(Scripted(answer), load_rules(RULES), registry=CollectorRegistry())
+    assert engine.evaluate(0) == []  # both alerts read the failing expression
+    errors = {h.rule: h.error for h in engine.health()}
+    assert errors["XHigh"] == "evaluator bug" and errors["job:x:sum"] is None
+
+
+def test_a_group_limit_drops_the_rules_alerts_like_prometheus() -> None:
+    rules = load_rules(
+        "groups:\n- name: g\n  limit: 1\n  rules:\n  - alert: Many\n    expr: x > 0\n"
+    )
+    backend = Scripted(
+        lambda e, at: [InstantSample({"i": "1"}, 1, at), InstantSample({"i": "2"}, 1, at)]
+    )
+    engine = RuleEngine(backend, rules, registry=CollectorRegistry())
+    assert engine.evaluate(0) == []
+    (health,) = engine.health()
+    assert health.error == "exceeded limit of 1 with 2 alerts"

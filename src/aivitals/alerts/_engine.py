@@ -45,6 +45,7 @@ log = logging.getLogger("aivitals.alerts")
 AlertState = Literal["pending", "firing", "resolved"]
 #: Prometheus's staleness marker: a NaN with this exact bit pattern.
 STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+_DUPLICATE = "vector contains metrics with the same labelset after applying alert labels"
 #: How long a resolved alert is kept (and re-sent as resolved), as in Prometheus.
 RESOLVED_RETENTION = 15 * 60.0
 
@@ -237,14 +238,17 @@ class RuleEngine:
         started = time.perf_counter()
         out: list[AlertEvent] = []
         to_send: list[AlertEvent] = []
+        for rule in group.rules:
+            # Queried outside the lock: a slow backend never blocks readers of the state.
+            samples = self._query(rule, ts)
+            if isinstance(rule, RecordingRule):
+                self._record(rule, samples, ts, group.limit)
+                continue
+            with self._lock:
+                events, send = self._alert(rule, samples, ts, group)
+            out.extend(events)
+            to_send.extend(send)
         with self._lock:
-            for rule in group.rules:
-                if isinstance(rule, RecordingRule):
-                    self._record(rule, ts)
-                else:
-                    events, send = self._alert(rule, ts, group)
-                    out.extend(events)
-                    to_send.extend(send)
             self._last_eval[name] = ts
             self._update_firing_gauge()
         self._eval_gauge.labels(group=name).set(time.perf_counter() - started)  # type: ignore[attr-defined]
@@ -256,33 +260,52 @@ class RuleEngine:
                     log.exception("notifier %r failed", notifier)
         return out
 
+    def _set_health(self, rule: RecordingRule | AlertingRule, **values: object) -> None:
+        with self._lock:
+            health = self._health.setdefault(
+                (rule.group, rule.name), RuleHealth(rule.name, rule.group)
+            )
+            for key, value in values.items():
+                setattr(health, key, value)
+
     def _query(self, rule: RecordingRule | AlertingRule, ts: float) -> list[InstantSample] | None:
-        health = self._health.setdefault((rule.group, rule.name), RuleHealth(rule.name, rule.group))
         started = time.perf_counter()
-        health.last_evaluation = ts
         try:
             result = self.backend.query(rule.expr, ts)
-        except AivitalsError as exc:
-            health.error = str(exc)
-            health.duration = time.perf_counter() - started
-            log.warning("rule %s: %s", rule.name, exc)
+        except Exception as exc:  # one broken rule or backend hiccup never stops the others
+            if not isinstance(exc, AivitalsError):
+                log.exception("rule %s: unexpected error from the backend", rule.name)
+            else:
+                log.warning("rule %s: %s", rule.name, exc)
+            self._set_health(
+                rule, last_evaluation=ts, duration=time.perf_counter() - started, error=str(exc)
+            )
             return None
-        health.duration = time.perf_counter() - started
-        health.error = None
+        samples: list[InstantSample] | None
+        error = None
         if result.type == "scalar":
             value = result.scalar[1] if result.scalar else math.nan
             samples = [InstantSample({}, value, ts)]
         elif result.type == "vector":
             samples = list(result.vector)
         else:
-            health.error = f"expression gave a {result.type}, not a vector"
-            return None
-        health.samples = len(samples)
+            samples, error = None, f"expression gave a {result.type}, not a vector"
+        self._set_health(
+            rule,
+            last_evaluation=ts,
+            duration=time.perf_counter() - started,
+            error=error,
+            samples=len(samples or ()),
+        )
         return samples
 
-    def _record(self, rule: RecordingRule, ts: float) -> None:
-        samples = self._query(rule, ts)
+    def _record(
+        self, rule: RecordingRule, samples: list[InstantSample] | None, ts: float, limit: int
+    ) -> None:
         if samples is None or not self._write:
+            return
+        if limit and len(samples) > limit:
+            self._set_health(rule, error=f"exceeded limit of {limit} with {len(samples)} series")
             return
         for s in samples:
             labels = {k: v for k, v in s.labels.items() if k != "__name__"}
@@ -298,15 +321,22 @@ class RuleEngine:
             log.debug("write-back of %s refused: %s", name, exc)
 
     def _alert(
-        self, rule: AlertingRule, ts: float, group: RuleGroup
+        self, rule: AlertingRule, samples: list[InstantSample] | None, ts: float, group: RuleGroup
     ) -> tuple[list[AlertEvent], list[AlertEvent]]:
         state = self._states[(group.name, rule.alert)]
-        samples = self._query(rule, ts)
-        if samples is not None:
-            fresh = self._expand(rule, samples, ts)
-            if fresh is not None:
-                self._transition(state, fresh, ts)
-        events = self._collect(state, ts)
+        fresh = None if samples is None else self._expand(rule, samples, ts)
+        if fresh is not None:
+            self._transition(state, fresh, ts)
+            active = sum(1 for a in state.active.values() if a.state != "inactive")
+            if group.limit and active > group.limit:
+                # Prometheus drops every alert of a rule past its group's limit.
+                state.active.clear()
+                self._set_health(
+                    rule, error=f"exceeded limit of {group.limit} with {active} alerts"
+                )
+                fresh = None
+        # On a failed evaluation nothing is written, as Prometheus writes no samples then.
+        events = self._collect(state, ts, write=fresh is not None)
         return events, self._due(state, ts)
 
     def _expand(
@@ -330,10 +360,7 @@ class RuleEngine:
             annotations = {k: render(t) for k, t in rule.annotations.items()}
             key = frozenset(labels.items())
             if key in fresh:
-                health = self._health[(rule.group, rule.name)]
-                health.error = (
-                    "vector contains metrics with the same labelset after applying alert labels"
-                )
+                self._set_health(rule, error=_DUPLICATE)
                 return None
             fresh[key] = _Alert(labels, annotations, s.value, active_at=ts)
         return fresh
@@ -374,7 +401,7 @@ class RuleEngine:
                 alert.state, alert.fired_at = "firing", ts
                 self._history.append(_event(alert, rule, "firing"))
 
-    def _collect(self, state: _RuleState, ts: float) -> list[AlertEvent]:
+    def _collect(self, state: _RuleState, ts: float, *, write: bool) -> list[AlertEvent]:
         rule = state.rule
         events: list[AlertEvent] = []
         written: set[tuple[str, frozenset[tuple[str, str]]]] = set()
@@ -384,13 +411,13 @@ class RuleEngine:
                     events.append(_event(alert, rule, "resolved"))
                 continue
             events.append(_event(alert, rule, _public_state(alert)))
-            if self._write:
+            if self._write and write:
                 alerts_labels = {**alert.labels, "alertstate": alert.state}
                 self._append("ALERTS", alerts_labels, 1.0, ts)
                 self._append("ALERTS_FOR_STATE", alert.labels, alert.active_at, ts)
                 written.add(("ALERTS", frozenset(alerts_labels.items())))
                 written.add(("ALERTS_FOR_STATE", frozenset(alert.labels.items())))
-        if self._write:
+        if self._write and write:
             # Like Prometheus, end the series of alerts that went away with a staleness
             # marker, so ALERTS stops answering at once instead of 5 minutes later.
             for name, labels in state.written - written:
