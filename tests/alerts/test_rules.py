@@ -214,3 +214,13 @@ def test_templates_labels_pipes_trim_and_errors() -> None:
     assert Template.parse("{{ $externalURL }}").render(value=1, labels={}, external_url="u") == "u"
     assert go_float(float("nan")) == "NaN" and go_float(float("-inf")) == "-Inf"
     assert Template.parse("plain").is_static
+
+
+def test_the_public_surface_is_deliberate() -> None:
+    import aivitals.alerts as alerts
+
+    names = list(alerts.__all__)
+    assert names == sorted(names, key=lambda n: (not n[0].isupper(), n))
+    assert len(names) == len(set(names))
+    for name in names:
+        assert hasattr(alerts, name), name

@@ -157,7 +157,7 @@ def _read(source: str | Path) -> str:
             return source.read_text(encoding="utf-8")
         except OSError as exc:
             raise RuleError(str(source), f"cannot read the rule file: {exc}") from None
-    if "\n" not in source and source.endswith((".yml", ".yaml")):
+    if "\n" not in source and (source.endswith((".yml", ".yaml")) or Path(source).is_file()):
         return _read(Path(source))
     return source
 
