@@ -70,6 +70,8 @@ class DemoConfig:
     sim_gpu_dir: Path | None = None
     sim_gpu_index: int = 0
     sim_gpu_memory_total: int = 24 * 2**30
+    #: Bytes booked on the sim GPU at start for the weights (what a 7B fp16 model holds).
+    sim_weights_bytes: int = 14 * 2**30
     #: KV-cache bytes accounted per token on the sim GPU (what a 7B fp16 model holds).
     sim_kv_bytes_per_token: int = 512 * 2**10
     #: The sim GPU is taken to run the kernels this many times faster than the CPU that
@@ -90,6 +92,11 @@ class DemoConfig:
         _positive_int("default_max_tokens", self.default_max_tokens)
         _positive_int("sim_gpu_memory_total", self.sim_gpu_memory_total)
         _positive_int("sim_kv_bytes_per_token", self.sim_kv_bytes_per_token)
+        if not 0 <= self.sim_weights_bytes < self.sim_gpu_memory_total:
+            raise ConfigError(
+                f"sim_weights_bytes={self.sim_weights_bytes!r}: expected 0 <= bytes < "
+                f"sim_gpu_memory_total ({self.sim_gpu_memory_total})"
+            )
         if self.lm_width % self.lm_heads:
             raise ConfigError(f"lm_width={self.lm_width} must be a multiple of lm_heads")
         if self.default_max_tokens > self.max_new_tokens:
@@ -150,6 +157,7 @@ _INTS = {
     "sim_gpu_index",
     "sim_gpu_memory_total",
     "sim_kv_bytes_per_token",
+    "sim_weights_bytes",
     "max_body_bytes",
 }
 _FLOATS = {

@@ -91,6 +91,10 @@ class SimAccount:
         self._slowdown = 1.0
         self._slowdown_at = 0.0
 
+    def hold_weights(self, nbytes: int) -> None:
+        """Book the model weights for this process's life (the driver frees them at exit)."""
+        self._sim.allocate(self._pid, nbytes, gpu=self.gpu_index, tag="weights")
+
     def reserve(self, nbytes: int) -> None:
         # Raises SimOutOfMemoryError, worded like torch's, when it does not fit.
         self._sim.allocate(self._pid, nbytes, gpu=self.gpu_index, tag="kv-cache")
@@ -193,10 +197,14 @@ class CudaAccount:
 
 
 def make_gpu_account(
-    device: str, sim_dir: Path | None, *, gpu: int, memory_total: int
+    device: str, sim_dir: Path | None, *, gpu: int, memory_total: int, weights: int = 0
 ) -> GpuAccount:
+    """The account for ``device``; on the sim device ``weights`` bytes are booked at once."""
     if device.startswith("cuda"):
         return CudaAccount(gpu)
     if sim_dir is not None:
-        return SimAccount(sim_dir, gpu=gpu, memory_total=memory_total)
+        account = SimAccount(sim_dir, gpu=gpu, memory_total=memory_total)
+        if weights:
+            account.hold_weights(weights)
+        return account
     return NoGpuAccount()

@@ -101,6 +101,7 @@ class DemoService:
             self.config.sim_gpu_dir,
             gpu=self.config.sim_gpu_index,
             memory_total=self.config.sim_gpu_memory_total,
+            weights=self.config.sim_weights_bytes,
         )
         self.warmup_seconds = models.warm_up()
         self.ready = True

@@ -73,7 +73,7 @@ class StackConfig:
     for_factor: float = 60.0
     workers: int = 2
     queue_size: int = 32
-    request_timeout: float = 10.0
+    request_timeout: float = 30.0
     use_redis: bool = True
     agent: bool = True
     interval: float | None = None

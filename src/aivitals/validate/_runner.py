@@ -148,7 +148,8 @@ def _scenario(
 
     log_offset = _size(stack.service.log_path)
     params = s.quick_params if config.quick else s.params
-    span = config.phase("fault_max") + config.phase("recover_max") + 60
+    fault_max = _fault_max(config, s)
+    span = fault_max + config.phase("recover_max") + 60
     t_fault = time.time()
     active = runner.start(s.fault, duration=span, **params)
     phase = LoadPhase(
@@ -156,16 +157,16 @@ def _scenario(
         plan,
         allow_hosts=tuple(active.allow_hosts),
         impatient=s.impatient_client,
-    ).start(max_seconds=config.phase("fault_max") + 60)
+    ).start(max_seconds=fault_max + 60)
     try:
-        fired, diagnosis = _watch(stack, s, alerts, t_base, t_fault, config, result)
+        fired, diagnosis = _watch(stack, alerts, t_base, t_fault, fault_max, config, result)
     finally:
         phase.stop()
     t_end = time.time()
 
     for check in (
         _impact(base, phase),
-        *_alert_checks(stack, alerts, fired, t_fault, t_end, config),
+        *_alert_checks(stack, alerts, fired, t_fault, t_end, fault_max),
         _also_fired(stack, alerts, t_fault),
         _diagnosis_check(diagnosis, result, t_fault),
         _log_check(stack.service.log_path, log_offset, s),
@@ -179,19 +180,25 @@ def _scenario(
     _recover(stack, alerts, config, result, echo, fired)
 
 
+def _fault_max(config: ValidateConfig, s: Scenario) -> float:
+    if config.quick and config.fault_max is None and s.quick_fault_max is not None:
+        return s.quick_fault_max
+    return config.phase("fault_max")
+
+
 def _watch(
     stack: Any,
-    s: Scenario,
     alerts: tuple[str, ...],
     t_base: float,
     t_fault: float,
+    fault_max: float,
     config: ValidateConfig,
     result: ScenarioResult,
 ) -> tuple[dict[str, float], Any]:
     fired: dict[str, float] = {}
     diagnosis: Any = None
     next_diag = t_fault + config.phase("fault_min")
-    deadline = t_fault + config.phase("fault_max")
+    deadline = t_fault + fault_max
     while time.time() < deadline:
         time.sleep(1.0)
         if not stack.service.alive():
@@ -260,10 +267,9 @@ def _alert_checks(
     fired: dict[str, float],
     t_fault: float,
     t_end: float,
-    config: ValidateConfig,
+    limit: float,
 ) -> list[Check]:
     out = []
-    limit = config.phase("fault_max")
     for name in alerts:
         if name in fired:
             out.append(
@@ -385,12 +391,22 @@ def _log_check(path: Path, offset: int, s: Scenario) -> Check:
     lines = _error_lines(path, offset)
     codes: dict[str, int] = {}
     incomplete = 0
+    background = 0
     for record in lines:
+        if not record.get("request_id") and "check" in record:
+            background += 1  # a health check's own failure: no request to name
+            continue
         codes[str(record["error_code"])] = codes.get(str(record["error_code"]), 0) + 1
         if any(f not in record for f in LOG_FIELDS) or not record.get("request_id"):
             incomplete += 1
+    lines = [r for r in lines if r.get("request_id") or "check" not in r]
     seen = ", ".join(f"{c} x{n}" for c, n in sorted(codes.items()))
-    data = {"error_lines": len(lines), "codes": codes, "incomplete": incomplete}
+    data = {
+        "error_lines": len(lines),
+        "codes": codes,
+        "incomplete": incomplete,
+        "health_check_lines": background,
+    }
     if s.error_codes and not set(s.error_codes) & set(codes):
         want = " or ".join(s.error_codes)
         return Check(

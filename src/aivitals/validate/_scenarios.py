@@ -29,6 +29,8 @@ class Scenario:
     needs: Callable[[], str | None] = lambda: None
     #: while the fault runs, a client that gives up after 0.5 s on long generations
     impatient_client: bool = False
+    #: a longer fault phase in --quick runs, for faults that need time to build up
+    quick_fault_max: float | None = None
 
 
 def _root_net() -> str | None:
@@ -49,10 +51,17 @@ def _redis() -> str | None:
 _LIST: tuple[Scenario, ...] = (
     Scenario(
         "gpu_memory_leak",
-        params={"mib_per_request": 64},
-        quick_params={"mib_per_request": 512},
+        params={"mib_per_request": 16},
+        # ~4 requests/s x 64 MiB: 90% of the 24 GiB sim device (14 GiB weights) in ~30 s,
+        # full ~10 s later: GPUMemoryHigh (for: 5 s in quick runs) fires before any OOM
+        quick_params={"mib_per_request": 64},
+        quick_fault_max=50.0,
     ),
-    Scenario("gpu_oom", quick_params={"concurrency": 4}, error_codes=("CUDA_OOM",)),
+    Scenario(
+        "gpu_oom",
+        quick_params={"concurrency": 2, "max_tokens": 64},
+        error_codes=("CUDA_OOM",),
+    ),
     Scenario("gpu_xid", params={"code": 79}, quick_params={"code": 79}),
     Scenario(
         "gpu_cotenant",
