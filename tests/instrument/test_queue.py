@@ -108,3 +108,21 @@ def test_executor_bad_arguments() -> None:
             InstrumentedExecutor(inner, max_queue=-1, registry=CollectorRegistry())
         with pytest.raises(ConfigError, match="max_workers"):
             InstrumentedExecutor(inner, max_workers=0, registry=CollectorRegistry())
+
+
+def test_thread_pool_tasks_see_the_submitters_request_id() -> None:
+    from aivitals.instrument import REQUEST_ID, current_request_id
+
+    reg = CollectorRegistry()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(1), name="ctx", registry=reg)
+    bare = InstrumentedExecutor(
+        ThreadPoolExecutor(1), name="noctx", propagate_context=False, registry=reg
+    )
+    token = REQUEST_ID.set("rid-7")
+    try:
+        assert pool.submit(current_request_id).result(5) == "rid-7"
+        assert bare.submit(current_request_id).result(5) is None
+    finally:
+        REQUEST_ID.reset(token)
+        pool.shutdown()
+        bare.shutdown()

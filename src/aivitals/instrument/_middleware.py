@@ -142,7 +142,9 @@ class AivitalsMiddleware:
         children = self._route_children(scope)
         children.in_flight.inc()
         ex = state = _Exchange(rid)
-        tokens = (REQUEST_ID.set(rid), REQUEST_STATE.set(state), ROUTE.set(children.labels[1]))
+        rid_token = REQUEST_ID.set(rid)
+        state_token = REQUEST_STATE.set(state)
+        route_token = ROUTE.set(children.labels[1])
         logging_on = self.config.lifecycle_logs and LIFECYCLE.isEnabledFor(20)
 
         async def receive_wrapper() -> Message:
@@ -195,8 +197,9 @@ class AivitalsMiddleware:
             raise
         finally:
             self._finish(start, scope, children, ex, state, logging_on)
-            for var, token in zip((REQUEST_ID, REQUEST_STATE, ROUTE), tokens, strict=True):
-                var.reset(token)  # type: ignore[attr-defined]
+            ROUTE.reset(route_token)
+            REQUEST_STATE.reset(state_token)
+            REQUEST_ID.reset(rid_token)
 
     def _finish(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -92,7 +93,9 @@ class InstrumentedExecutor(concurrent.futures.Executor):
 
     ``max_queue`` bounds the tasks waiting for a worker (None: unbounded, as the
     stdlib); past it ``submit`` raises ``PoolSaturated``. Usable with
-    ``loop.run_in_executor``.
+    ``loop.run_in_executor``. A thread pool runs each task in a copy of the
+    submitter's context (``propagate_context``), so the request id and state
+    follow the work into the worker's logs and model calls.
 
     **Usage**::
 
@@ -107,6 +110,7 @@ class InstrumentedExecutor(concurrent.futures.Executor):
         name: str = "default",
         max_workers: int | None = None,
         max_queue: int | None = None,
+        propagate_context: bool = True,
         registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
         workers = getattr(executor, "_max_workers", None) if max_workers is None else max_workers
@@ -119,6 +123,7 @@ class InstrumentedExecutor(concurrent.futures.Executor):
         self.max_workers = workers
         self.max_queue = max_queue
         self._threads = isinstance(executor, concurrent.futures.ThreadPoolExecutor)
+        self._propagate = propagate_context and self._threads
         self._lock = threading.Lock()
         self._outstanding = 0
         self._running = 0
@@ -154,7 +159,8 @@ class InstrumentedExecutor(concurrent.futures.Executor):
         submitted = time.perf_counter()
         try:
             if self._threads:
-                future = self.executor.submit(self._run_thread, submitted, fn, args, kwargs)
+                ctx = contextvars.copy_context() if self._propagate else None
+                future = self.executor.submit(self._run_thread, submitted, ctx, fn, args, kwargs)
             else:
                 timed: Callable[..., Any] = _run_timed
                 future = self.executor.submit(timed, time.time(), fn, args, kwargs)
@@ -164,13 +170,20 @@ class InstrumentedExecutor(concurrent.futures.Executor):
             raise
         return self._finish_future(future)
 
-    def _run_thread(self, submitted: float, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+    def _run_thread(
+        self,
+        submitted: float,
+        ctx: contextvars.Context | None,
+        fn: Callable[..., T],
+        args: Any,
+        kwargs: Any,
+    ) -> T:
         self._wait.observe(time.perf_counter() - submitted)
         with self._lock:
             self._running += 1
             self._publish()
         try:
-            return fn(*args, **kwargs)
+            return ctx.run(fn, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
         finally:
             with self._lock:
                 self._running -= 1
