@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from ._agent import Agent, StoreLike
+from ._agent import Agent
 from ._build import build_collectors
 from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration, parse_listen
 from ._exposition import render
@@ -20,7 +20,6 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "ScrapeTarget",
-    "StoreLike",
     "build_collectors",
     "parse_duration",
     "parse_listen",

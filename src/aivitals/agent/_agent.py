@@ -2,57 +2,25 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..collect import BaseCollector, Collector, Event, Scraper, health_samples, reason_of
 from ..errors import ExpositionError, StoreError
 from ..signals import Sample
-from ..tsdb import QueryResult
+from ..tsdb import AppendStats, Store
 from ._build import build_collectors
 from ._config import AgentConfig, parse_listen
 from ._exposition import render
 from ._schedule import Job
 
-__all__ = ["Agent", "StoreLike"]
+__all__ = ["Agent"]
 
 log = logging.getLogger("aivitals.agent")
-
-
-class StoreLike(Protocol):
-    """The part of ``aivitals.tsdb.Store`` the agent uses."""
-
-    def append_samples(self, samples: Iterable[Sample], *, default_timestamp: float) -> Any: ...
-
-    def ingest_exposition(
-        self,
-        text: str,
-        *,
-        timestamp: float,
-        extra_labels: Mapping[str, str] | None = None,
-        target: str | None = None,
-    ) -> Any: ...
-
-    def query(self, expr: str, at: float | None = None) -> QueryResult: ...
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult: ...
-
-    @property
-    def series_count(self) -> int: ...
-
-    def metric_names(self) -> Iterable[str]: ...
-
-    def label_values(self, label: str, metric: str | None = None) -> Iterable[str]: ...
-
-
-def _make_store(config: AgentConfig) -> StoreLike:
-    tsdb = importlib.import_module("aivitals.tsdb")
-    return cast(StoreLike, tsdb.Store(retention=config.retention, max_series=config.max_series))
 
 
 class Agent:
@@ -79,7 +47,9 @@ class Agent:
         names = [c.name for c in self.collectors]
         if len(set(names)) != len(names):
             raise ValueError(f"collector names must be unique, got {names}")
-        self._store: StoreLike | None = None if cfg.exporter else _make_store(cfg)
+        self._store: Store | None = (
+            None if cfg.exporter else Store(retention=cfg.retention, max_series=cfg.max_series)
+        )
         self.scrapers = [
             Scraper(t.url, job=t.job, timeout=cfg.scrape_timeout, max_bytes=cfg.scrape_max_bytes)
             for t in cfg.scrape
@@ -104,7 +74,7 @@ class Agent:
 
     # --- public API ------------------------------------------------------------------
     @property
-    def store(self) -> StoreLike:
+    def store(self) -> Store:
         """The embedded store (absent in exporter mode)."""
         if self._store is None:
             raise StoreError("the agent runs in exporter mode: it keeps no store")
@@ -329,10 +299,7 @@ class Agent:
             except StoreError:
                 log.exception("store refused samples of %s", key)
 
-    def _count_append(self, stats: Any) -> None:
-        appended = getattr(stats, "appended", 0)
-        rejected = getattr(stats, "rejected", None)
+    def _count_append(self, stats: AppendStats) -> None:
         with self._lock:
-            self._appended += int(appended) if isinstance(appended, int) else 0
-            if isinstance(rejected, Mapping):
-                self._rejected.update({str(k): int(v) for k, v in rejected.items()})
+            self._appended += stats.appended
+            self._rejected.update(stats.rejected)
