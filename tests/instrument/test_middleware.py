@@ -403,3 +403,18 @@ def test_families_are_shared_with_other_packages_on_one_registry() -> None:
     queue.put_nowait(1)
     assert reg.get_sample_value("queue_length", {"queue": "shared"}) == 1
     assert theirs is not None
+
+
+@pytest.mark.anyio
+async def test_instrumenting_twice_counts_once() -> None:
+    from aivitals.instrument import instrument
+
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+    assert instrument(app, registry=reg) is app
+    wrapped = AivitalsMiddleware(app, registry=CollectorRegistry())
+    assert instrument(wrapped) is wrapped
+    async with await _client(app) as client:
+        await client.get("/v1/items/1")
+    get = {"method": "GET", "route": "/v1/items/{item_id}", "status_class": "2xx", "status": "200"}
+    assert _value(reg, "http_request_duration_seconds_count", **get) == 1

@@ -345,8 +345,14 @@ def instrument(
         aivitals.instrument(app)
         app = aivitals.instrument(raw_asgi_app, routes=["/v1/generate"])
     """
+    if isinstance(app, AivitalsMiddleware) or getattr(app, _MARK, False):
+        return app  # instrumenting twice would count every request twice
     add = getattr(app, "add_middleware", None)
     if callable(add) and hasattr(app, "user_middleware"):
         add(AivitalsMiddleware, config=config, registry=registry, **settings)
+        setattr(app, _MARK, True)
         return app
     return AivitalsMiddleware(app, config=config, registry=registry, **settings)
+
+
+_MARK = "_aivitals_instrumented"
