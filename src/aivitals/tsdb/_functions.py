@@ -265,8 +265,8 @@ def _simple_range(name: str, fn: StepFn, keep_name: bool = False) -> Callable[..
 def _predict_linear(ctx: Context, args: list[Any]) -> Value:
     mat = _matrix(ctx, args[0], "predict_linear")
     duration = expect_scalar(ctx, evaluate(ctx, args[1]), "predict_linear()")
-    at_fixed = getattr(mat.selector, "at", None) is not None
-    intercepts = np.full(ctx.n, ctx.start_ms) if at_fixed else ctx.ts
+    # The regression is anchored at the evaluation step, even for an @-fixed window.
+    intercepts = ctx.ts
 
     def fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
         out = np.full(lo.shape, np.nan)
