@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from aivitals.collect.gpu import NvmlBackend, SimBackend, SmiBackend, _select, gpu_collector
+from aivitals.collect.gpu import NvmlBackend, SimBackend, SmiBackend, gpu_collector
 from aivitals.errors import CollectorError, ConfigError
 
 from .fake_nvml import load
