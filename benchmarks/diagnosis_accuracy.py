@@ -58,9 +58,16 @@ def evaluate(sc: corpus.Scenario, expected: str, quick: bool) -> dict[str, objec
             ttd = float(after)
             break
     top = d.findings[0].signature if d.findings else "-"
-    return {"scenario": sc.name, "expected": expected, "rank": rank, "top": top,
-            "confidence": d.findings[0].confidence if d.findings else 0.0, "ttd_s": ttd,
-            "shape": str(d.shape), "seconds": round(d.elapsed_s, 2)}
+    return {
+        "scenario": sc.name,
+        "expected": expected,
+        "rank": rank,
+        "top": top,
+        "confidence": d.findings[0].confidence if d.findings else 0.0,
+        "ttd_s": ttd,
+        "shape": str(d.shape),
+        "seconds": round(d.elapsed_s, 2),
+    }
 
 
 def false_findings(seeds: range) -> tuple[int, list[str]]:
@@ -99,8 +106,11 @@ def main() -> int:
     quick = "--quick" in sys.argv
     rows = []
     t0 = time.perf_counter()
-    variants = [(f, exp, seed, partial) for f, (_, exp) in corpus.FAULTS.items()
-                for seed, partial in ((1, False), (2, True))]
+    variants = [
+        (f, exp, seed, partial)
+        for f, (_, exp) in corpus.FAULTS.items()
+        for seed, partial in ((1, False), (2, True))
+    ]
     if quick:
         variants = [v for v in variants if not v[3]]
     for fault, expected, seed, partial in variants:
@@ -120,26 +130,47 @@ def main() -> int:
     top3 = sum(r["rank"] is not None and r["rank"] < 3 for r in rows) / n  # type: ignore[operator]
     ttds = [r["ttd_s"] for r in rows if r["ttd_s"] is not None]
     ttd = statistics.median(ttds) if ttds else float("nan")  # type: ignore[type-var]
-    figures = {"detected": round(detected, 3), "top1": round(top1, 3), "top3": round(top3, 3),
-               "ttd_s": ttd, "false_findings": ff, "diagnose_5k_s": round(t5k, 3),
-               "series_5k": n5k, "scenarios": n, "false_finding_signatures": ff_names,
-               "targets": {"detected": 1.0, "top1": 0.9, "top3": 1.0, "ttd_s": 60,
-                           "false_findings": 0, "diagnose_5k_s": 2.0},
-               "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
-    print(f"scenarios={n} detected={detected:.3f} top1={top1:.3f} top3={top3:.3f} "
-          f"ttd_s={ttd} false_findings={ff} {ff_names} diagnose_5k_s={t5k:.3f} ({n5k} series)")
+    figures = {
+        "detected": round(detected, 3),
+        "top1": round(top1, 3),
+        "top3": round(top3, 3),
+        "ttd_s": ttd,
+        "false_findings": ff,
+        "diagnose_5k_s": round(t5k, 3),
+        "series_5k": n5k,
+        "scenarios": n,
+        "false_finding_signatures": ff_names,
+        "targets": {
+            "detected": 1.0,
+            "top1": 0.9,
+            "top3": 1.0,
+            "ttd_s": 60,
+            "false_findings": 0,
+            "diagnose_5k_s": 2.0,
+        },
+        "seconds": round(time.perf_counter() - t0, 1),
+        "rows": rows,
+    }
+    print(
+        f"scenarios={n} detected={detected:.3f} top1={top1:.3f} top3={top3:.3f} "
+        f"ttd_s={ttd} false_findings={ff} {ff_names} diagnose_5k_s={t5k:.3f} ({n5k} series)"
+    )
     if not quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "diagnosis_accuracy.json").write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"RESULT detected={detected:.3f} top1={top1:.3f} top3={top3:.3f} ttd_s={ttd} "
-          f"false_findings={ff} diagnose_5k_s={t5k:.3f}")
+    print(
+        f"RESULT detected={detected:.3f} top1={top1:.3f} top3={top3:.3f} ttd_s={ttd} "
+        f"false_findings={ff} diagnose_5k_s={t5k:.3f}"
+    )
     return 0
 
 
 def _fmt(r: dict[str, object]) -> str:
     mark = "ok " if r["rank"] == 0 else ("top3" if r["rank"] is not None else "MISS")
-    return (f"{mark:5}{r['scenario']:<40}{r['expected']:<28}top={r['top']:<28}"
-            f"conf={r['confidence']:<6} ttd={r['ttd_s']} {r['seconds']}s")
+    return (
+        f"{mark:5}{r['scenario']:<40}{r['expected']:<28}top={r['top']:<28}"
+        f"conf={r['confidence']:<6} ttd={r['ttd_s']} {r['seconds']}s"
+    )
 
 
 if __name__ == "__main__":

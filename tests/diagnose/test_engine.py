@@ -110,8 +110,9 @@ def test_missing_exporters_are_listed_and_lower_confidence() -> None:
 
 def test_contradicting_evidence_lowers_confidence() -> None:
     sc, store = _loaded("gpu_memory_leak")
-    clean = next(f for f in diagnose(store, end=sc.end).findings
-                 if f.signature == "gpu_memory_leak")
+    clean = next(
+        f for f in diagnose(store, end=sc.end).findings if f.signature == "gpu_memory_leak"
+    )
     # the same leak while traffic doubles: the leak is still there, but less certain
     sc2 = corpus.scenario("gpu_memory_leak", seed=1, duration=DURATION)
     corpus.FAULTS["traffic_surge"][0](sc2.state, int(DURATION - 180), np.random.default_rng(0), [])

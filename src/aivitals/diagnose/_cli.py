@@ -46,9 +46,14 @@ def _agent_alerts(url: str) -> list[Any]:
     out = []
     for a in items if isinstance(items, list) else []:
         if isinstance(a, dict) and a.get("active_at") is not None:
-            out.append(Event(float(a.get("fired_at") or a["active_at"]), "alert",
-                             f"{a.get('alertname', '?')} {a.get('state', '')}",
-                             {str(k): str(v) for k, v in (a.get("labels") or {}).items()}))
+            out.append(
+                Event(
+                    float(a.get("fired_at") or a["active_at"]),
+                    "alert",
+                    f"{a.get('alertname', '?')} {a.get('state', '')}",
+                    {str(k): str(v) for k, v in (a.get("labels") or {}).items()},
+                )
+            )
     return out
 
 
@@ -65,27 +70,48 @@ def _emit(text: str, out: str | None) -> None:
 @click.option("--prometheus", metavar="URL", help="A Prometheus or VictoriaMetrics server.")
 @click.option("--snapshot", metavar="FILE", help="A snapshot file (aivitals snapshot).")
 @click.option("--window", default="30m", show_default=True, help="How far back to look.")
-@click.option("--at", "at", default="now", show_default=True,
-              help="End of the window: epoch seconds, now, now-5m.")
+@click.option(
+    "--at",
+    "at",
+    default="now",
+    show_default=True,
+    help="End of the window: epoch seconds, now, now-5m.",
+)
 @click.option("--step", default=None, help="Resolution of the range queries (default window/600).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal",
-              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True)
 @click.option("--out", metavar="FILE", help="Write the report to FILE instead of stdout.")
-def diagnose(agent: str | None, prometheus: str | None, snapshot: str | None, window: str,
-             at: str, step: str | None, fmt: str, out: str | None) -> None:
+def diagnose(
+    agent: str | None,
+    prometheus: str | None,
+    snapshot: str | None,
+    window: str,
+    at: str,
+    step: str | None,
+    fmt: str,
+    out: str | None,
+) -> None:
     """Name the failing layer and root cause, with evidence, a timeline and next commands."""
-    backend = _source(agent, prometheus, snapshot)
     win = parse_duration("--window", window)
     if win <= 0:
         raise ConfigError(f"--window must be positive, got {window!r}")
     end = parse_time("--at", at, time.time())
+    backend = _source(agent, prometheus, snapshot)
     if snapshot and at == "now":
         end = _snapshot_end(backend, end)
     events = _agent_alerts(agent or DEFAULT_AGENT) if not (prometheus or snapshot) else []
-    d = run_diagnosis(backend, end=end, window=win,
-                      step=parse_duration("--step", step) if step else None, events=events)
-    text = {"terminal": d.to_terminal, "markdown": d.to_markdown, "json": d.to_json,
-            "html": d.to_html}[fmt]()
+    d = run_diagnosis(
+        backend,
+        end=end,
+        window=win,
+        step=parse_duration("--step", step) if step else None,
+        events=events,
+    )
+    text = {
+        "terminal": d.to_terminal,
+        "markdown": d.to_markdown,
+        "json": d.to_json,
+        "html": d.to_html,
+    }[fmt]()
     _emit(text, out)
 
 
@@ -103,8 +129,9 @@ def _snapshot_end(backend: Backend, default: float) -> float:
 @click.option("--window", default="30m", show_default=True, help="How far back to save.")
 @click.option("--at", "at", default="now", show_default=True, help="End of the window.")
 @click.option("--step", default="1s", show_default=True, help="Resolution of the saved samples.")
-def snapshot(agent: str | None, prometheus: str | None, out: str, window: str, at: str,
-             step: str) -> None:
+def snapshot(
+    agent: str | None, prometheus: str | None, out: str, window: str, at: str, step: str
+) -> None:
     """Save a window of every series to a file, for a later diagnosis or a bug report."""
     if bool(agent) == bool(prometheus):
         raise ConfigError("choose exactly one of --agent, --prometheus")
@@ -134,7 +161,7 @@ def pull(url: str, start: float, end: float, step: float) -> Store:
                 for ts, value in series.points:
                     try:
                         store.append(name, labels, value, ts)
-                    except Exception:  # noqa: BLE001 - a duplicate at a chunk edge
+                    except Exception:
                         continue
             t = stop + step
     return store
@@ -161,13 +188,30 @@ def report() -> None:
 @click.option("--snapshot", metavar="FILE", help="A snapshot file.")
 @click.option("--at", "at", default="now", show_default=True, help="End of the 24 h.")
 @click.option("--queue-red", default=50.0, show_default=True, help="Peak queue marked red above.")
-@click.option("--stddev-yellow", default=30.0, show_default=True,
-              help="GPU utilization stddev (percent points) marked yellow above.")
-@click.option("--format", "fmt", type=click.Choice(("markdown", "json", "html")),
-              default="markdown", show_default=True)
+@click.option(
+    "--stddev-yellow",
+    default=30.0,
+    show_default=True,
+    help="GPU utilization stddev (percent points) marked yellow above.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("markdown", "json", "html")),
+    default="markdown",
+    show_default=True,
+)
 @click.option("--out", metavar="FILE", help="Write the report to FILE.")
-def daily(agent: str | None, prometheus: str | None, snapshot: str | None, at: str,
-          queue_red: float, stddev_yellow: float, fmt: str, out: str | None) -> None:
+def daily(
+    agent: str | None,
+    prometheus: str | None,
+    snapshot: str | None,
+    at: str,
+    queue_red: float,
+    stddev_yellow: float,
+    fmt: str,
+    out: str | None,
+) -> None:
     """Peak queue length, top endpoints by 504s, GPU utilization stddev, the day's alerts."""
     backend = _source(agent, prometheus, snapshot)
     end = parse_time("--at", at, time.time())
@@ -175,8 +219,16 @@ def daily(agent: str | None, prometheus: str | None, snapshot: str | None, at: s
         end = _snapshot_end(backend, end)
     alerts = None
     if not (prometheus or snapshot):
-        alerts = [{"alertname": e.text.split(" ")[0], "labels": dict(e.fields), "since": e.time}
-                  for e in _agent_alerts(agent or DEFAULT_AGENT) if e.time >= end - 86400]
-    r = daily_report(backend, end=end, alerts=alerts, queue_red_above=queue_red,
-                     stddev_yellow_above=stddev_yellow)
+        alerts = [
+            {"alertname": e.text.split(" ")[0], "labels": dict(e.fields), "since": e.time}
+            for e in _agent_alerts(agent or DEFAULT_AGENT)
+            if e.time >= end - 86400
+        ]
+    r = daily_report(
+        backend,
+        end=end,
+        alerts=alerts,
+        queue_red_above=queue_red,
+        stddev_yellow_above=stddev_yellow,
+    )
     _emit({"markdown": r.to_markdown, "json": r.to_json, "html": r.to_html}[fmt](), out)

@@ -69,9 +69,17 @@ class DetectorConfig:
     novelty_decay: float = 0.995
     novelty_alpha: float = 0.002
     novelty_z: float = 4.0
+    novelty_short: float = 0.5
 
     def __post_init__(self) -> None:
-        for key in ("alpha", "alpha_scale", "short_alpha", "novelty_decay", "novelty_alpha"):
+        for key in (
+            "alpha",
+            "alpha_scale",
+            "short_alpha",
+            "novelty_decay",
+            "novelty_alpha",
+            "novelty_short",
+        ):
             value = getattr(self, key)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"DetectorConfig.{key} must be in (0, 1], got {value!r}")
@@ -228,9 +236,7 @@ class StreamingDetector:
         s.magnitude = np.where(
             active, s.magnitude + cfg.alpha_scale * (np.abs(x) - s.magnitude), s.magnitude
         )
-        s.scale = np.where(
-            active, s.scale + cfg.alpha_scale * (np.abs(clipped) - s.scale), s.scale
-        )
+        s.scale = np.where(active, s.scale + cfg.alpha_scale * (np.abs(clipped) - s.scale), s.scale)
         # Once the CUSUM has said its piece, reset it so a new normal stops
         # scoring and the next drift can be seen.
         reset = active & (np.maximum(s.cpos, s.cneg) > 3.0 * cfg.cusum_h)
@@ -246,13 +252,11 @@ class StreamingDetector:
         once.
         """
         s, cfg = self._s, self.config
-        s.rshort = np.where(active, s.rshort + 0.5 * (ratio - s.rshort), s.rshort)
+        s.rshort = np.where(active, s.rshort + cfg.novelty_short * (ratio - s.rshort), s.rshort)
         zl = (s.rshort - s.rmean) / np.sqrt(s.rvar + 1e-6)
         dev = np.clip(ratio, 0.0, 10.0) - s.rmean
         s.rmean = np.where(active, s.rmean + cfg.novelty_alpha * dev, s.rmean)
-        s.rvar = np.where(
-            active, s.rvar + cfg.novelty_alpha * (dev * dev - s.rvar), s.rvar
-        )
+        s.rvar = np.where(active, s.rvar + cfg.novelty_alpha * (dev * dev - s.rvar), s.rvar)
         c = np.maximum(zl, 0.0) / cfg.novelty_z
         score = c**2 / (1.0 + c**2)
         out = np.clip(score - s.peak, 0.0, 1.0)

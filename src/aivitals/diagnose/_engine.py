@@ -33,7 +33,7 @@ from ._model import (
     SignalDeviation,
     Unseen,
 )
-from ._signatures import Evidence, EventEvidence, Signature, load_signatures
+from ._signatures import EventEvidence, Evidence, Signature, load_signatures
 
 __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
 
@@ -48,54 +48,94 @@ _P = "http_request_duration_seconds"
 #: The vital signs watched in every diagnosis: name, layer, PromQL.
 VITALS: tuple[tuple[str, str, str], ...] = (
     ("request_rate", "service", f"sum(rate({_P}_count[${{rate}}]))"),
-    ("p99_latency", "service",
-     f"histogram_quantile(0.99, sum by (le) (rate({_P}_bucket[${{rate}}])))"),
-    ("p50_latency", "service",
-     f"histogram_quantile(0.5, sum by (le) (rate({_P}_bucket[${{rate}}])))"),
+    (
+        "p99_latency",
+        "service",
+        f"histogram_quantile(0.99, sum by (le) (rate({_P}_bucket[${{rate}}])))",
+    ),
+    (
+        "p50_latency",
+        "service",
+        f"histogram_quantile(0.5, sum by (le) (rate({_P}_bucket[${{rate}}])))",
+    ),
     ("error_5xx_rate", "service", f'sum(rate({_P}_count{{status_class="5xx"}}[${{rate}}]))'),
     ("queue_length", "service", "sum(queue_length)"),
-    ("queue_wait_p99", "service",
-     "histogram_quantile(0.99, sum by (le) (rate(queue_wait_seconds_bucket[${rate}])))"),
+    (
+        "queue_wait_p99",
+        "service",
+        "histogram_quantile(0.99, sum by (le) (rate(queue_wait_seconds_bucket[${rate}])))",
+    ),
     ("pool_busy", "service", "max(worker_pool_active_workers / worker_pool_max_workers)"),
     ("process_rss", "service", "sum(service_process_resident_memory_bytes)"),
     ("process_cpu", "service", "sum(rate(service_process_cpu_seconds_total[${rate}]))"),
     ("connections", "service", 'sum(host_tcp_connections{state="established"})'),
-    ("cache_hit_ratio", "service",
-     'sum(rate(cache_requests_total{result="hit"}[${rate}])) '
-     "/ sum(rate(cache_requests_total[${rate}]))"),
-    ("inference_p99", "model",
-     "histogram_quantile(0.99, sum by (le) (rate(model_inference_time_seconds_bucket[${rate}])))"),
+    (
+        "cache_hit_ratio",
+        "service",
+        'sum(rate(cache_requests_total{result="hit"}[${rate}])) '
+        "/ sum(rate(cache_requests_total[${rate}]))",
+    ),
+    (
+        "inference_p99",
+        "model",
+        "histogram_quantile(0.99, sum by (le) "
+        "(rate(model_inference_time_seconds_bucket[${rate}])))",
+    ),
     ("gpu_utilization", "model", "avg(gpu_utilization_ratio)"),
     ("gpu_memory_used", "model", "max(gpu_memory_used_bytes / gpu_memory_total_bytes)"),
     ("gpu_process_memory", "model", "max(gpu_process_memory_used_bytes)"),
-    ("output_tokens_p50", "model",
-     "histogram_quantile(0.5, sum by (le) (rate(model_output_tokens_bucket[${rate}])))"),
-    ("input_tokens_p50", "business",
-     "histogram_quantile(0.5, sum by (le) (rate(model_input_tokens_bucket[${rate}])))"),
+    (
+        "output_tokens_p50",
+        "model",
+        "histogram_quantile(0.5, sum by (le) (rate(model_output_tokens_bucket[${rate}])))",
+    ),
+    (
+        "input_tokens_p50",
+        "business",
+        "histogram_quantile(0.5, sum by (le) (rate(model_input_tokens_bucket[${rate}])))",
+    ),
     ("input_rejections", "business", "sum(rate(input_rejections_total[${rate}]))"),
-    ("host_cpu_busy", "infrastructure",
-     '1 - sum(rate(host_cpu_seconds_total{mode="idle"}[${rate}])) '
-     "/ sum(rate(host_cpu_seconds_total[${rate}]))"),
+    (
+        "host_cpu_busy",
+        "infrastructure",
+        '1 - sum(rate(host_cpu_seconds_total{mode="idle"}[${rate}])) '
+        "/ sum(rate(host_cpu_seconds_total[${rate}]))",
+    ),
     ("disk_busy", "infrastructure", "max(rate(host_disk_io_time_seconds_total[${rate}]))"),
-    ("tcp_retransmits", "infrastructure",
-     "sum(rate(host_tcp_retransmitted_segments_total[${rate}]))"),
-    ("memory_available", "infrastructure",
-     "min(host_memory_available_bytes / host_memory_total_bytes)"),
-    ("swap_rate", "infrastructure",
-     "sum(rate(host_swap_in_pages_total[${rate}]) + rate(host_swap_out_pages_total[${rate}]))"),
+    (
+        "tcp_retransmits",
+        "infrastructure",
+        "sum(rate(host_tcp_retransmitted_segments_total[${rate}]))",
+    ),
+    (
+        "memory_available",
+        "infrastructure",
+        "min(host_memory_available_bytes / host_memory_total_bytes)",
+    ),
+    (
+        "swap_rate",
+        "infrastructure",
+        "sum(rate(host_swap_in_pages_total[${rate}]) + rate(host_swap_out_pages_total[${rate}]))",
+    ),
 )
 
 #: DOMAIN.md section 9's toolbox, for an anomaly no signature explains.
 TOOLBOX = {
     "model": ["nvidia-smi", "nvidia-smi dmon -c 10", "dmesg -T | grep -i xid"],
     "service": ["py-spy dump --pid <server pid>", "top -Hp <server pid>", "lsof -p <server pid>"],
-    "infrastructure": ["uptime; top; mpstat -P ALL 1 5", "iostat -x 1 5",
-                       "free -m; vmstat 1 5; dmesg | grep -i oom", "ip -s link; ip route"],
+    "infrastructure": [
+        "uptime; top; mpstat -P ALL 1 5",
+        "iostat -x 1 5",
+        "free -m; vmstat 1 5; dmesg | grep -i oom",
+        "ip -s link; ip route",
+    ],
     "business": ["grep error_code <service log> | jq -r .error_code | sort | uniq -c"],
 }
 
-_PLACEHOLDER = re.compile(r"\{(pid|gpu|port|device|route|interface|process|cache|queue|pool"
-                          r"|instance|job|xid|model|check|reason|client)\}")
+_PLACEHOLDER = re.compile(
+    r"\{(pid|gpu|port|device|route|interface|process|cache|queue|pool"
+    r"|instance|job|xid|model|check|reason|client)\}"
+)
 _NAME = re.compile(r"\b([a-z_][a-z0-9_]*)\b")
 
 
@@ -195,8 +235,18 @@ def diagnose(
         findings += _fallback(deviations)
     shape = _shape(ctx, deviations, findings)
     layers = _layer_scores(deviations, findings)
-    return Diagnosis(shape, start, end, step, findings, deviations, _dedupe(ctx.unseen),
-                     all_events, layers, time.perf_counter() - t0)
+    return Diagnosis(
+        shape,
+        start,
+        end,
+        step,
+        findings,
+        deviations,
+        _dedupe(ctx.unseen),
+        all_events,
+        layers,
+        time.perf_counter() - t0,
+    )
 
 
 _BUILTIN: list[Signature] = []
@@ -222,7 +272,8 @@ def _alert_events(alerts: Sequence[Any]) -> list[Event]:
 
 def _metric_names(expr: str) -> set[str]:
     return {
-        tok for tok in _NAME.findall(expr)
+        tok
+        for tok in _NAME.findall(expr)
         if tok == "up" or (signals.family_of(tok) is not None and not tok.endswith("_total_"))
     }
 
@@ -240,7 +291,7 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
         try:
             res = ctx.backend.query(f"count(last_over_time({name}[{window}]))", ctx.end)
             ok = bool(res.values())
-        except Exception as exc:  # noqa: BLE001 - recorded, never raised
+        except Exception as exc:
             ctx.unseen.append(Unseen(name, f"presence query failed: {type(exc).__name__}: {exc}"))
             ok = False
         ctx.present[name] = ok
@@ -248,8 +299,12 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
             spec = signals.family_of(name)
             missing.setdefault(spec.source if spec else "scrape", []).append(name)
     for source, metrics in sorted(missing.items()):
-        ctx.unseen.append(Unseen(f"{source}: {', '.join(metrics)}",
-                                 "no series in the window (exporter or collector missing?)"))
+        ctx.unseen.append(
+            Unseen(
+                f"{source}: {', '.join(metrics)}",
+                "no series in the window (exporter or collector missing?)",
+            )
+        )
 
 
 def _seen(ctx: _Ctx, expr: str) -> bool:
@@ -325,8 +380,10 @@ def _evaluate(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> Finding | N
     if conf < REPORT_FLOOR:
         return None
     labels = _labels_from(results, events, sig)
-    held = sorted((r for r in results if r.held and r.role != "contradicting"),
-                  key=lambda r: r.since if r.since is not None else math.inf)
+    held = sorted(
+        (r for r in results if r.held and r.role != "contradicting"),
+        key=lambda r: r.since if r.since is not None else math.inf,
+    )
     firsts = [r.since for r in held if r.since is not None and r.new and r.role == "required"]
     firsts = firsts or [r.since for r in held if r.since is not None]
     return Finding(
@@ -351,14 +408,26 @@ def _evidence(ctx: _Ctx, ev: Evidence) -> EvidenceResult:
         return EvidenceResult(ev.role, ev.says, ev.expr, held=False, seen=False)
     if ev.deviation is None:
         return _condition(ctx, ev, series)
-    devs = [d for d in _deviations(ctx, ev.expr, ev.min_change)
-            if ev.deviation == "any" or d[2] == ev.deviation]
+    devs = [
+        d
+        for d in _deviations(ctx, ev.expr, ev.min_change)
+        if ev.deviation == "any" or d[2] == ev.deviation
+    ]
     if not devs:
         return EvidenceResult(ev.role, ev.says, ev.expr, held=False, seen=True)
     devs.sort(key=lambda d: d[1])
     values = [(d[0], d[5]) for d in devs[:5]]
-    return EvidenceResult(ev.role, ev.says, ev.expr, held=True, seen=True, since=devs[0][1],
-                          values=values, new=True, score=max(d[3] for d in devs))
+    return EvidenceResult(
+        ev.role,
+        ev.says,
+        ev.expr,
+        held=True,
+        seen=True,
+        since=devs[0][1],
+        values=values,
+        new=True,
+        score=max(d[3] for d in devs),
+    )
 
 
 def _condition(ctx: _Ctx, ev: Evidence, series: Sequence[_Series]) -> EvidenceResult:
@@ -371,13 +440,25 @@ def _condition(ctx: _Ctx, ev: Evidence, series: Sequence[_Series]) -> EvidenceRe
     for s in held_series:
         present |= np.isfinite(s.values)
     standing = baseline.any() and present[baseline].mean() >= 0.5
-    since = float(ctx.times[np.flatnonzero(present & ~baseline)[0]]) if (
-        present & ~baseline).any() else float(ctx.times[np.flatnonzero(present)[0]])
+    since = (
+        float(ctx.times[np.flatnonzero(present & ~baseline)[0]])
+        if (present & ~baseline).any()
+        else float(ctx.times[np.flatnonzero(present)[0]])
+    )
     if standing:
         since = float(ctx.times[np.flatnonzero(present)[0]])
     values = [(s.labels, _last(s.values)) for s in held_series[:5]]
-    return EvidenceResult(ev.role, ev.says, ev.expr, held=True, seen=True, since=since,
-                          values=values, new=not standing, score=1.0)
+    return EvidenceResult(
+        ev.role,
+        ev.says,
+        ev.expr,
+        held=True,
+        seen=True,
+        since=since,
+        values=values,
+        new=not standing,
+        score=1.0,
+    )
 
 
 def _last(values: np.ndarray) -> float:
@@ -389,11 +470,21 @@ def _event_evidence(ev: EventEvidence, events: Sequence[Event]) -> EvidenceResul
     pattern = ev.pattern
     hits = [e for e in events if (ev.kind in (e.kind, "any")) and pattern.search(e.text)]
     if not hits:
-        return EvidenceResult(ev.role, ev.says, f"{ev.kind} ~ /{ev.match}/", held=False,
-                              seen=bool(events))
+        return EvidenceResult(
+            ev.role, ev.says, f"{ev.kind} ~ /{ev.match}/", held=False, seen=bool(events)
+        )
     values = [({**dict(h.fields), "text": h.text[:160]}, 1.0) for h in hits[:5]]
-    return EvidenceResult(ev.role, ev.says, f"{ev.kind} ~ /{ev.match}/", held=True, seen=True,
-                          since=hits[0].time, values=values, new=True, score=1.0)
+    return EvidenceResult(
+        ev.role,
+        ev.says,
+        f"{ev.kind} ~ /{ev.match}/",
+        held=True,
+        seen=True,
+        since=hits[0].time,
+        values=values,
+        new=True,
+        score=1.0,
+    )
 
 
 def _confidence(results: Sequence[EvidenceResult]) -> float:
@@ -430,8 +521,9 @@ def _rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=key, reverse=True)
 
 
-def _labels_from(results: Sequence[EvidenceResult], events: Sequence[Event],
-                 sig: Signature) -> dict[str, str]:
+def _labels_from(
+    results: Sequence[EvidenceResult], events: Sequence[Event], sig: Signature
+) -> dict[str, str]:
     labels: dict[str, str] = {}
     for role in ("required", "supporting"):
         for r in results:
@@ -455,28 +547,46 @@ def _fallback(deviations: Sequence[SignalDeviation]) -> list[Finding]:
     for layer, devs in by_layer.items():
         devs.sort(key=lambda d: d.first_deviation)
         lead = devs[0]
-        ev = [EvidenceResult("supporting", f"{d.name} went {d.direction}: {d.baseline:.4g} -> "
-                             f"{d.latest:.4g}", d.name, True, True, d.first_deviation,
-                             ((d.labels, d.latest),), True, d.score) for d in devs]
-        out.append(Finding(
-            signature=f"anomaly_{layer}",
-            layer=layer,
-            title=f"Unexplained anomaly in the {layer} layer ({lead.name} {lead.direction} first)",
-            confidence=round(min(0.45, 0.2 + 0.05 * len(devs)), 3),
-            evidence=ev,
-            first_deviation=lead.first_deviation,
-            commands=TOOLBOX.get(layer, []),
-            stop_loss=["Stop the loss first: shift traffic, scale, limit, restart or degrade."],
-            timeline=[(d.first_deviation, ev[i].says) for i, d in enumerate(devs)],
-        ))
-    return sorted(out, key=lambda f: (f.first_deviation or math.inf))
+        ev = [
+            EvidenceResult(
+                "supporting",
+                f"{d.name} went {d.direction}: {d.baseline:.4g} -> {d.latest:.4g}",
+                d.name,
+                True,
+                True,
+                d.first_deviation,
+                ((d.labels, d.latest),),
+                True,
+                d.score,
+            )
+            for d in devs
+        ]
+        out.append(
+            Finding(
+                signature=f"anomaly_{layer}",
+                layer=layer,
+                title=(
+                    f"Unexplained anomaly in the {layer} layer ({lead.name} {lead.direction} first)"
+                ),
+                confidence=round(min(0.45, 0.2 + 0.05 * len(devs)), 3),
+                evidence=ev,
+                first_deviation=lead.first_deviation,
+                commands=TOOLBOX.get(layer, []),
+                stop_loss=["Stop the loss first: shift traffic, scale, limit, restart or degrade."],
+                timeline=[(d.first_deviation, ev[i].says) for i, d in enumerate(devs)],
+            )
+        )
+    return sorted(out, key=lambda f: f.first_deviation or math.inf)
 
 
 def _shape(ctx: _Ctx, devs: Sequence[SignalDeviation], findings: Sequence[Finding]) -> Shape:
     by = {d.name: d for d in devs}
-    up = ctx.cache.get(f"min by (job, instance) (up) < 1") or []
-    if up or ("request_rate" in by and by["request_rate"].direction == "down"
-              and by["request_rate"].latest < 0.2 * max(by["request_rate"].baseline, 1e-9)):
+    up = ctx.cache.get("min by (job, instance) (up) < 1") or []
+    if up or (
+        "request_rate" in by
+        and by["request_rate"].direction == "down"
+        and by["request_rate"].latest < 0.2 * max(by["request_rate"].baseline, 1e-9)
+    ):
         return Shape.UNAVAILABLE
     err = by.get("error_5xx_rate")
     rate = by.get("request_rate")

@@ -37,8 +37,8 @@ class Event:
     config push); ``fields`` carries structured values (``error_code``,
     ``pid``, ``gpu``) that evidence can match and runbooks can fill in.
 
-    >>> Event(1700000000.0, "kernel", "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242")
-    Event(time=1700000000.0, kind='kernel', text='NVRM: Xid (PCI:0000:3b:00): 79, pid=4242', fields={})
+    >>> Event(1700000000.0, "kernel", "NVRM: Xid 79, pid=4242").kind
+    'kernel'
     """
 
     time: float

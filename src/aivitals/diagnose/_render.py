@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import io
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ._model import Diagnosis, Finding
@@ -33,8 +34,10 @@ def _labels(labels: object) -> str:
 
 
 def _header(d: Diagnosis) -> str:
-    return (f"window {_t(d.start)}-{_t(d.end)} UTC (step {d.step:g}s), shape: {d.shape}, "
-            f"diagnosed in {d.elapsed_s:.2f}s")
+    return (
+        f"window {_t(d.start)}-{_t(d.end)} UTC (step {d.step:g}s), shape: {d.shape}, "
+        f"diagnosed in {d.elapsed_s:.2f}s"
+    )
 
 
 def to_markdown(d: Diagnosis) -> str:
@@ -47,10 +50,15 @@ def to_markdown(d: Diagnosis) -> str:
     for i, f in enumerate(d.findings[:MAX_FINDINGS], 1):
         _md_finding(w, i, f)
     if d.deviations:
-        w("## Timeline (first deviation)\n\n| time | signal | layer | change |\n|---|---|---|---|\n")
+        w(
+            "## Timeline (first deviation)\n\n"
+            "| time | signal | layer | change |\n|---|---|---|---|\n"
+        )
         for dv in d.deviations:
-            w(f"| {_t(dv.first_deviation)} | {dv.name} {_labels(dv.labels)} | {dv.layer} | "
-              f"{dv.direction} {_v(dv.baseline)} -> {_v(dv.latest)} |\n")
+            w(
+                f"| {_t(dv.first_deviation)} | {dv.name} {_labels(dv.labels)} | {dv.layer} | "
+                f"{dv.direction} {_v(dv.baseline)} -> {_v(dv.latest)} |\n"
+            )
         w("\n")
     if d.events:
         w("## Events\n\n")
@@ -64,27 +72,28 @@ def to_markdown(d: Diagnosis) -> str:
     return out.getvalue()
 
 
-def _md_finding(w: object, i: int, f: Finding) -> None:
-    write = w  # a bound write method
-    write(f"## {i}. {f.title}\n\n")  # type: ignore[operator]
-    write(f"layer **{f.layer}**, signature `{f.signature}`, confidence **{f.confidence:.2f}**, "  # type: ignore[operator]
-          f"first deviation {_t(f.first_deviation)}\n\n")
+def _md_finding(write: Callable[[str], object], i: int, f: Finding) -> None:
+    write(f"## {i}. {f.title}\n\n")
+    write(
+        f"layer **{f.layer}**, signature `{f.signature}`, confidence **{f.confidence:.2f}**, "
+        f"first deviation {_t(f.first_deviation)}\n\n"
+    )
     if f.summary:
-        write(f"{f.summary}\n\n")  # type: ignore[operator]
-    write("Evidence:\n\n")  # type: ignore[operator]
+        write(f"{f.summary}\n\n")
+    write("Evidence:\n\n")
     for e in f.evidence:
         mark = "held" if e.held else ("not seen" if not e.seen else "no")
         vals = "; ".join(f"{_labels(lab)} = {_v(val)}" for lab, val in e.values[:3])
-        write(f"- [{mark}] ({e.role}) {e.says}" + (f" ({vals})" if vals else "") + "\n")  # type: ignore[operator]
+        write(f"- [{mark}] ({e.role}) {e.says}" + (f" ({vals})" if vals else "") + "\n")
     if f.commands:
-        write("\nNext commands:\n\n")  # type: ignore[operator]
+        write("\nNext commands:\n\n")
         for c in f.commands:
-            write(f"    {c}\n")  # type: ignore[operator]
+            write(f"    {c}\n")
     if f.stop_loss:
-        write("\nStop the loss:\n\n")  # type: ignore[operator]
+        write("\nStop the loss:\n\n")
         for c in f.stop_loss:
-            write(f"- {c}\n")  # type: ignore[operator]
-    write("\n")  # type: ignore[operator]
+            write(f"- {c}\n")
+    write("\n")
 
 
 def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
@@ -98,11 +107,15 @@ def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
         console.print("[green]No finding[/green]: nothing left its baseline.")
     for i, f in enumerate(d.findings[:MAX_FINDINGS], 1):
         colour = "red" if f.confidence >= 0.6 else "yellow"
-        console.print(f"\n[bold {colour}]{i}. {f.title}[/]  layer={f.layer} "
-                      f"confidence={f.confidence:.2f} since {_t(f.first_deviation)}")
+        console.print(
+            f"\n[bold {colour}]{i}. {f.title}[/]  layer={f.layer} "
+            f"confidence={f.confidence:.2f} since {_t(f.first_deviation)}"
+        )
         table = Table(show_header=False, box=None, padding=(0, 1))
         for e in f.evidence:
-            mark = "[green]held[/]" if e.held else ("[dim]unseen[/]" if not e.seen else "[dim]no[/]")
+            mark = (
+                "[green]held[/]" if e.held else ("[dim]unseen[/]" if not e.seen else "[dim]no[/]")
+            )
             vals = "; ".join(f"{_labels(lab)}={_v(val)}" for lab, val in e.values[:2])
             table.add_row(mark, e.role, e.says, vals)
         console.print(table)
@@ -113,8 +126,11 @@ def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
     if d.deviations:
         console.print("\n[bold]Timeline[/bold]")
         for dv in d.deviations[:15]:
-            console.print(f"  {_t(dv.first_deviation)}  {dv.layer:<15} {dv.name} {dv.direction} "
-                          f"{_v(dv.baseline)} -> {_v(dv.latest)}", markup=False)
+            console.print(
+                f"  {_t(dv.first_deviation)}  {dv.layer:<15} {dv.name} {dv.direction} "
+                f"{_v(dv.baseline)} -> {_v(dv.latest)}",
+                markup=False,
+            )
     for u in d.unseen:
         console.print(f"[dim]could not see {u.what}: {u.why}[/dim]")
     return console.export_text(styles=False)
@@ -126,35 +142,53 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}.held{color:#0a7d32}.no{
 td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;font-size:.9em}
 .conf{font-weight:bold}"""
 
-_LAYER_COLOUR = {"model": "#7b3fbf", "service": "#1f6fd1", "infrastructure": "#c77800",
-                 "business": "#1d8f5a"}
+_LAYER_COLOUR = {
+    "model": "#7b3fbf",
+    "service": "#1f6fd1",
+    "infrastructure": "#c77800",
+    "business": "#1d8f5a",
+}
 
 
 def to_html(d: Diagnosis) -> str:
     """One self-contained page: findings, evidence, commands, and an SVG timeline."""
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>aivitals diagnosis"
-             f"</title><style>{_CSS}</style></head><body>",
-             "<h1>aivitals diagnosis</h1>", f"<p>{e(_header(d))}</p>", _svg_timeline(d)]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>aivitals diagnosis"
+        f"</title><style>{_CSS}</style></head><body>",
+        "<h1>aivitals diagnosis</h1>",
+        f"<p>{e(_header(d))}</p>",
+        _svg_timeline(d),
+    ]
     for i, f in enumerate(d.findings[:MAX_FINDINGS], 1):
-        parts.append(f"<h2>{i}. {e(f.title)}</h2><p>layer <b>{e(f.layer)}</b>, signature "
-                     f"<code>{e(f.signature)}</code>, <span class='conf'>confidence "
-                     f"{f.confidence:.2f}</span>, first deviation {_t(f.first_deviation)}</p>")
+        parts.append(
+            f"<h2>{i}. {e(f.title)}</h2><p>layer <b>{e(f.layer)}</b>, signature "
+            f"<code>{e(f.signature)}</code>, <span class='conf'>confidence "
+            f"{f.confidence:.2f}</span>, first deviation {_t(f.first_deviation)}</p>"
+        )
         parts.append("<table><tr><th></th><th>role</th><th>evidence</th><th>values</th></tr>")
         for ev in f.evidence:
             cls = "held" if ev.held else ("unseen" if not ev.seen else "no")
             vals = "; ".join(f"{_labels(lab)} = {_v(val)}" for lab, val in ev.values[:3])
-            parts.append(f"<tr class='{cls}'><td>{cls}</td><td>{e(ev.role)}</td>"
-                         f"<td>{e(ev.says)}<br><code>{e(ev.expr)}</code></td><td>{e(vals)}</td></tr>")
+            parts.append(
+                f"<tr class='{cls}'><td>{cls}</td><td>{e(ev.role)}</td>"
+                f"<td>{e(ev.says)}<br><code>{e(ev.expr)}</code></td><td>{e(vals)}</td></tr>"
+            )
         parts.append("</table>")
         if f.commands:
             parts.append("<p>Next commands:</p><pre>" + e("\n".join(f.commands)) + "</pre>")
         if f.stop_loss:
-            parts.append("<p>Stop the loss:</p><ul>" +
-                         "".join(f"<li>{e(c)}</li>" for c in f.stop_loss) + "</ul>")
+            parts.append(
+                "<p>Stop the loss:</p><ul>"
+                + "".join(f"<li>{e(c)}</li>" for c in f.stop_loss)
+                + "</ul>"
+            )
     if d.unseen:
-        parts.append("<h2>Could not see</h2><ul>" +
-                     "".join(f"<li>{e(u.what)}: {e(u.why)}</li>" for u in d.unseen) + "</ul>")
+        parts.append(
+            "<h2>Could not see</h2><ul>"
+            + "".join(f"<li>{e(u.what)}: {e(u.why)}</li>" for u in d.unseen)
+            + "</ul>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -173,8 +207,10 @@ def _svg_timeline(d: Diagnosis) -> str:
     def x(t: float) -> float:
         return left + (width - left - 10) * (t - d.start) / span
 
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-           f"font-size='11' role='img' aria-label='first-deviation timeline'>"]
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"font-size='11' role='img' aria-label='first-deviation timeline'>"
+    ]
     for k, (t, label, layer) in enumerate(items):
         y = 10 + k * row
         colour = _LAYER_COLOUR.get(layer, "#555")
@@ -182,8 +218,10 @@ def _svg_timeline(d: Diagnosis) -> str:
         if layer == "event":
             out.append(f"<circle cx='{x(t):.1f}' cy='{y + 7}' r='4' fill='#c00'/>")
         else:
-            out.append(f"<rect x='{x(t):.1f}' y='{y + 2}' width='{max(x(d.end) - x(t), 2):.1f}' "
-                       f"height='{row - 6}' fill='{colour}' opacity='0.8'/>")
+            out.append(
+                f"<rect x='{x(t):.1f}' y='{y + 2}' width='{max(x(d.end) - x(t), 2):.1f}' "
+                f"height='{row - 6}' fill='{colour}' opacity='0.8'/>"
+            )
     axis_y = height - 12
     out.append(f"<line x1='{left}' y1='{axis_y}' x2='{width - 10}' y2='{axis_y}' stroke='#999'/>")
     for frac in (0.0, 0.25, 0.5, 0.75, 1.0):

@@ -57,16 +57,20 @@ class DailyReport:
         lines += [f"- Peak queue length: {pq}{flag} (red above {self.queue_red_above:g})"]
         lines += ["- Top endpoints by 504 count:"]
         lines += [f"  - {route}: {count:g}" for route, count in self.top_504] or ["  - none"]
-        lines += ["- GPU utilization standard deviation (percent points, yellow above "
-                  f"{self.stddev_yellow_above:g}):"]
+        lines += [
+            "- GPU utilization standard deviation (percent points, yellow above "
+            f"{self.stddev_yellow_above:g}):"
+        ]
         for gpu, sd in self.gpu_util_stddev.items():
             mark = " **YELLOW**" if gpu in self.gpu_util_yellow else ""
             lines.append(f"  - GPU {gpu}: {sd:.1f}{mark}")
         if not self.gpu_util_stddev:
             lines.append("  - not seen")
         lines += ["- Alerts of the day:"]
-        lines += [f"  - {a.get('alertname')} {a.get('labels', {})} since {a.get('since')}"
-                  for a in self.alerts] or ["  - none"]
+        lines += [
+            f"  - {a.get('alertname')} {a.get('labels', {})} since {a.get('since')}"
+            for a in self.alerts
+        ] or ["  - none"]
         if self.unseen:
             lines += ["", "Could not see:"] + [f"- {u.what}: {u.why}" for u in self.unseen]
         return "\n".join(lines) + "\n"
@@ -75,8 +79,10 @@ class DailyReport:
         body = html.escape(self.to_markdown())
         body = body.replace("**RED**", "<b style='color:#c00'>RED</b>")
         body = body.replace("**YELLOW**", "<b style='color:#b8860b'>YELLOW</b>")
-        return (f"<!doctype html><html><head><meta charset='utf-8'><title>aivitals daily "
-                f"report</title></head><body><pre>{body}</pre></body></html>")
+        return (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>aivitals daily "
+            f"report</title></head><body><pre>{body}</pre></body></html>"
+        )
 
 
 def daily_report(
@@ -97,8 +103,9 @@ def daily_report(
         except AivitalsError as exc:
             unseen.append(Unseen(expr, f"query failed: {type(exc).__name__}: {exc}"))
             return []
-        return [(dict(s.labels), np.array([v for _, v in s.points], dtype=float))
-                for s in res.matrix]
+        return [
+            (dict(s.labels), np.array([v for _, v in s.points], dtype=float)) for s in res.matrix
+        ]
 
     queue = rng("sum(queue_length)")
     peak = max((float(np.nanmax(v)) for _, v in queue if v.size), default=None)
@@ -136,8 +143,11 @@ def _top_504(backend: Backend, end: float, unseen: list[Unseen]) -> list[tuple[s
     except AivitalsError as exc:
         unseen.append(Unseen(expr, f"query failed: {type(exc).__name__}: {exc}"))
         return []
-    rows = [(s.labels.get("route", "?"), s.value) for s in res.vector
-            if math.isfinite(s.value) and s.value > 0]
+    rows = [
+        (s.labels.get("route", "?"), s.value)
+        for s in res.vector
+        if math.isfinite(s.value) and s.value > 0
+    ]
     return sorted(rows, key=lambda r: -r[1])[:3]
 
 
@@ -147,6 +157,12 @@ def _alerts_series(rng: Any) -> list[dict[str, Any]]:
     for labels, v in rng('ALERTS{alertstate="firing"}'):
         name = labels.pop("alertname", "?")
         labels.pop("alertstate", None)
-        out.append({"alertname": name, "labels": labels,
-                    "since": "firing during the day", "samples": int(np.isfinite(v).sum())})
+        out.append(
+            {
+                "alertname": name,
+                "labels": labels,
+                "since": "firing during the day",
+                "samples": int(np.isfinite(v).sum()),
+            }
+        )
     return out

@@ -11,13 +11,14 @@ A signature file holds one mapping or a list of them::
       - expr: deriv(gpu_process_memory_used_bytes[${rate}]) > ${growth_bytes_per_s}
         says: One process's GPU memory keeps growing.
     supporting:
-      - expr: histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket[${rate}])))
+      - expr: histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket[5m])))
         deviation: up                 # judged by the detector against its own baseline
         says: P99 latency rose above its baseline.
     contradicting: [...]
     events:                           # kernel lines, logs, alerts (regex on the text)
       - {kind: kernel, match: 'Xid.*\\b79\\b', says: ..., role: required}
-    commands: ["nvidia-smi --query-compute-apps=pid,used_memory --format=csv", "py-spy dump --pid {pid}"]
+    commands: ["nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
+               "py-spy dump --pid {pid}"]
     stop_loss: ["Drain and restart pid {pid}."]
     prior: 1.0                        # how much a match alone says (lower for symptom-only ones)
 
@@ -97,13 +98,30 @@ class Signature:
         """The signature with ``${...}`` filled in: its params, overrides, and the rate window."""
         values = {**self.params, **(params or {})}
         evidence = tuple(
-            Evidence(e.role, _fill(self.id, e.expr, values, rate), e.says, e.deviation,
-                     e.min_change, e.recent)
+            Evidence(
+                e.role,
+                _fill(self.id, e.expr, values, rate),
+                e.says,
+                e.deviation,
+                e.min_change,
+                e.recent,
+            )
             for e in self.evidence
         )
-        return Signature(self.id, self.layer, self.title, self.summary, self.shapes, evidence,
-                         self.events, self.commands, self.stop_loss, self.params, self.aliases,
-                         self.prior)
+        return Signature(
+            self.id,
+            self.layer,
+            self.title,
+            self.summary,
+            self.shapes,
+            evidence,
+            self.events,
+            self.commands,
+            self.stop_loss,
+            self.params,
+            self.aliases,
+            self.prior,
+        )
 
 
 def _fill(sig: str, expr: str, values: Mapping[str, float], rate: str) -> str:
@@ -171,8 +189,20 @@ def _signature(item: Any, source: str) -> Signature:
     sid = item.get("id")
     if not isinstance(sid, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", sid):
         raise SignatureError(source, f"id must be a lower_snake_case string, got {sid!r}")
-    unknown = set(item) - {"id", "layer", "title", "summary", "shapes", "params", "commands",
-                           "stop_loss", "events", "aliases", "prior", *ROLES}
+    unknown = set(item) - {
+        "id",
+        "layer",
+        "title",
+        "summary",
+        "shapes",
+        "params",
+        "commands",
+        "stop_loss",
+        "events",
+        "aliases",
+        "prior",
+        *ROLES,
+    }
     if unknown:
         raise SignatureError(sid, f"unknown keys {sorted(unknown)}")
     layer = item.get("layer")
@@ -187,7 +217,9 @@ def _signature(item: Any, source: str) -> Signature:
         _evidence(sid, role, e, params) for role in ROLES for e in item.get(role) or ()
     )
     events = tuple(_event(sid, e) for e in item.get("events") or ())
-    if not any(e.role == "required" for e in (*evidence, *events)):
+    if not any(e.role == "required" for e in evidence) and not any(
+        e.role == "required" for e in events
+    ):
         raise SignatureError(sid, "needs at least one required evidence item")
     return Signature(
         id=sid,
@@ -245,8 +277,14 @@ def _evidence(sid: str, role: str, raw: Any, params: Mapping[str, float]) -> Evi
         promql_parser.parse(_fill(sid, expr, params, "1m"))
     except ValueError as exc:
         raise SignatureError(sid, f"invalid PromQL {expr!r}: {exc}") from None
-    return Evidence(role, expr, says, deviation, float(raw.get("min_change", 0.0)),
-                    float(raw.get("recent", 300.0)))
+    return Evidence(
+        role,
+        expr,
+        says,
+        deviation,
+        float(raw.get("min_change", 0.0)),
+        float(raw.get("recent", 300.0)),
+    )
 
 
 def _event(sid: str, raw: Any) -> EventEvidence:

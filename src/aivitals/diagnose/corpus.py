@@ -196,9 +196,15 @@ def _oom(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
     s.counters["CUDA_OOM"] = np.where(bursts, 2.0 * _noise(rng, s.n, 0.2), 0.0)
     s.status["503"] = np.where(bursts, 0.04, 0.0)
     s.proc_mem["4242"] = np.where(bursts, s.proc_mem["4242"] + 45 * GiB, s.proc_mem["4242"])
-    for i in np.flatnonzero(bursts)[:: 15][:20]:
-        ev.append(Event(T0 + i, "log", "CUDA out of memory. Tried to allocate 20.00 GiB",
-                        {"error_code": "CUDA_OOM", "pid": "4242"}))
+    for i in np.flatnonzero(bursts)[::15][:20]:
+        ev.append(
+            Event(
+                T0 + i,
+                "log",
+                "CUDA out of memory. Tried to allocate 20.00 GiB",
+                {"error_code": "CUDA_OOM", "pid": "4242"},
+            )
+        )
 
 
 def _xid(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -207,8 +213,14 @@ def _xid(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
     s.gpu_util = s.gpu_util * (1 - r)
     s.counters["CUDA_ERROR"] = 3.0 * r
     s.status["500"] = s.status["500"] + 0.3 * r
-    ev.append(Event(T0 + at, "kernel", "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, "
-                    "GPU has fallen off the bus.", {"gpu": "0", "xid": "79"}))
+    ev.append(
+        Event(
+            T0 + at,
+            "kernel",
+            "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.",
+            {"gpu": "0", "xid": "79"},
+        )
+    )
 
 
 def _kv(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -338,8 +350,14 @@ def _disk_fail(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) ->
     s.disk_util = s.disk_util + 0.4 * r
     s.io_errors = np.where(r > 0, 0.2, 0.0)
     for k in range(at, s.n, 30):
-        ev.append(Event(T0 + k, "kernel", "blk_update_request: I/O error, dev sda, sector 123",
-                        {"device": "sda"}))
+        ev.append(
+            Event(
+                T0 + k,
+                "kernel",
+                "blk_update_request: I/O error, dev sda, sector 123",
+                {"device": "sda"},
+            )
+        )
 
 
 def _net_loss(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -359,8 +377,14 @@ def _host_oom(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> 
     s.mem_avail = np.where(np.arange(s.n) >= at, 0.5, s.mem_avail)
     s.oom_kill_at = at
     s.restart_at = at + 2
-    ev.append(Event(T0 + at, "kernel", "Out of memory: Killed process 4242 (python)",
-                    {"pid": "4242", "process": "python"}))
+    ev.append(
+        Event(
+            T0 + at,
+            "kernel",
+            "Out of memory: Killed process 4242 (python)",
+            {"pid": "4242", "process": "python"},
+        )
+    )
 
 
 def _swap(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -391,8 +415,14 @@ def _malformed(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) ->
     s.counters["INPUT_CONTROL_CHARS"] = 2.0 * on
     s.status["422"] = 0.04 * on
     for k in range(at, s.n, 20):
-        ev.append(Event(T0 + k, "log", "input rejected: control characters",
-                        {"error_code": "INPUT_CONTROL_CHARS", "client": "10.0.0.7"}))
+        ev.append(
+            Event(
+                T0 + k,
+                "log",
+                "input rejected: control characters",
+                {"error_code": "INPUT_CONTROL_CHARS", "client": "10.0.0.7"},
+            )
+        )
 
 
 def _length_shift(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -460,9 +490,16 @@ FAULTS: dict[str, tuple[Fault, str]] = {
 }
 
 #: Families a scenario may lose ("partial signals"): never the one a fault acts through.
-_OPTIONAL = ("host_tcp_connections", "kv_cache_usage_ratio", "http_requests_in_flight",
-             "host_pressure_stalled_seconds_total", "gpu_power_watts", "host_load1",
-             "http_request_body_size_bytes", "model_preemptions_total")
+_OPTIONAL = (
+    "host_tcp_connections",
+    "kv_cache_usage_ratio",
+    "http_requests_in_flight",
+    "host_pressure_stalled_seconds_total",
+    "gpu_power_watts",
+    "host_load1",
+    "http_request_body_size_bytes",
+    "model_preemptions_total",
+)
 
 
 def scenario(
@@ -537,20 +574,31 @@ def _erf(z: np.ndarray) -> np.ndarray:
     sign = np.sign(z)
     a = np.abs(z)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-               + 0.254829592) * t * np.exp(-a * a)
-    return sign * y
+    y = 1.0 - (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
+    ) * t * np.exp(-a * a)
+    return np.asarray(sign * y, dtype=np.float64)
 
 
-def _hist(name: str, labels: dict[str, str], per_s: np.ndarray, median: np.ndarray,
-          sigma: np.ndarray | float, buckets: tuple[float, ...], shift: np.ndarray | None = None,
-          active: np.ndarray | None = None) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
+def _hist(
+    name: str,
+    labels: dict[str, str],
+    per_s: np.ndarray,
+    median: np.ndarray,
+    sigma: np.ndarray | float,
+    buckets: tuple[float, ...],
+    shift: np.ndarray | None = None,
+    active: np.ndarray | None = None,
+) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     sig = np.broadcast_to(np.asarray(sigma, dtype=float), per_s.shape)
     count = np.cumsum(per_s)
     for le in buckets:
         x = le - (shift if shift is not None else 0.0)
-        frac = np.where(x > 0, _lognorm_cdf(1.0, median / np.maximum(x, 1e-12), sig), 0.0) \
-            if shift is not None else _lognorm_cdf(le, median, sig)
+        frac = (
+            np.where(x > 0, _lognorm_cdf(1.0, median / np.maximum(x, 1e-12), sig), 0.0)
+            if shift is not None
+            else _lognorm_cdf(le, median, sig)
+        )
         yield f"{name}_bucket", {**labels, "le": _le(le)}, np.cumsum(per_s * frac)
     yield f"{name}_bucket", {**labels, "le": "+Inf"}, count
     mean = median * np.exp(sig**2 / 2) + (shift if shift is not None else 0.0)
@@ -574,45 +622,74 @@ def _series(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
         if code != "200" and not (per_s > 0).any():
             continue
         labels = {**route, "status_class": klass[code], "status": code}
-        yield from _hist("http_request_duration_seconds", labels, per_s, s.lat_median,
-                         s.lat_sigma, LATENCY_BUCKETS, shift=s.lat_add)
+        yield from _hist(
+            "http_request_duration_seconds",
+            labels,
+            per_s,
+            s.lat_median,
+            s.lat_sigma,
+            LATENCY_BUCKETS,
+            shift=s.lat_add,
+        )
     yield "http_requests_in_flight", route, s.rps * (s.lat_median * 1.1 + s.lat_add)
     yield from _hist("http_request_body_size_bytes", route, s.rps, s.body_bytes, 0.5, SIZE_BUCKETS)
     yield "queue_length", {"queue": "inference"}, s.queue
-    yield from _hist("queue_wait_seconds", {"queue": "inference"}, s.rps, s.queue_wait, 0.5,
-                     LATENCY_BUCKETS)
+    yield from _hist(
+        "queue_wait_seconds", {"queue": "inference"}, s.rps, s.queue_wait, 0.5, LATENCY_BUCKETS
+    )
     yield "worker_pool_active_workers", {"pool": "inference"}, s.pool_active
     yield "worker_pool_max_workers", {"pool": "inference"}, np.full(n, s.pool_max)
     m = {"model": "demo", "model_version": "1", "device": "cuda:0"}
-    yield from _hist("model_inference_time_seconds", m, s.rps, s.infer_median, 0.3,
-                     LATENCY_BUCKETS)
-    yield from _hist("model_inference_wall_time_seconds", m, s.rps, s.infer_median + s.wall_extra,
-                     0.3, LATENCY_BUCKETS)
-    yield from _hist("model_input_tokens", {"model": "demo"}, s.rps, s.in_tokens, 0.5,
-                     TOKEN_BUCKETS)
-    yield from _hist("model_output_tokens", {"model": "demo"}, s.rps, s.out_tokens, 0.4,
-                     TOKEN_BUCKETS)
+    yield from _hist("model_inference_time_seconds", m, s.rps, s.infer_median, 0.3, LATENCY_BUCKETS)
+    yield from _hist(
+        "model_inference_wall_time_seconds",
+        m,
+        s.rps,
+        s.infer_median + s.wall_extra,
+        0.3,
+        LATENCY_BUCKETS,
+    )
+    yield from _hist(
+        "model_input_tokens", {"model": "demo"}, s.rps, s.in_tokens, 0.5, TOKEN_BUCKETS
+    )
+    yield from _hist(
+        "model_output_tokens", {"model": "demo"}, s.rps, s.out_tokens, 0.4, TOKEN_BUCKETS
+    )
     yield "model_inferences_in_progress", {"model": "demo"}, s.in_progress
     yield "admission_in_flight", {}, s.admitted
     yield "model_aborts_total", {"model": "demo", "reason": "deadline"}, np.zeros(n)
     yield "model_load_time_seconds", {"model": "demo", "model_version": "1"}, s.load_time
     yield "kv_cache_usage_ratio", {"model": "demo"}, s.kv_usage
-    yield "model_preemptions_total", {"model": "demo"}, np.cumsum(s.counters.get("preempt",
-                                                                               np.zeros(n)))
+    yield (
+        "model_preemptions_total",
+        {"model": "demo"},
+        np.cumsum(s.counters.get("preempt", np.zeros(n))),
+    )
     for code in ("CUDA_OOM", "CUDA_ERROR"):
-        yield ("model_inference_errors_total", {"model": "demo", "error_code": code},
-               np.cumsum(s.counters.get(code, np.zeros(n))))
+        yield (
+            "model_inference_errors_total",
+            {"model": "demo", "error_code": code},
+            np.cumsum(s.counters.get(code, np.zeros(n))),
+        )
     for code in ("TIMEOUT", "DEPENDENCY_DOWN", "CUDA_OOM"):
         yield "errors_total", {"error_code": code}, np.cumsum(s.counters.get(code, np.zeros(n)))
     for reason in ("INPUT_TOO_LARGE", "INPUT_CONTROL_CHARS"):
-        yield ("input_rejections_total", {"route": "/v1/generate", "reason": reason},
-               np.cumsum(s.counters.get(reason, np.zeros(n))))
+        yield (
+            "input_rejections_total",
+            {"route": "/v1/generate", "reason": reason},
+            np.cumsum(s.counters.get(reason, np.zeros(n))),
+        )
     cache_total = s.rps * 0.8
-    for result, share in (("hit", s.hit_ratio * (1 - s.cache_error)),
-                          ("miss", (1 - s.hit_ratio) * (1 - s.cache_error)),
-                          ("error", s.cache_error)):
-        yield ("cache_requests_total", {"cache": "redis", "result": result},
-               np.cumsum(cache_total * share))
+    for result, share in (
+        ("hit", s.hit_ratio * (1 - s.cache_error)),
+        ("miss", (1 - s.hit_ratio) * (1 - s.cache_error)),
+        ("error", s.cache_error),
+    ):
+        yield (
+            "cache_requests_total",
+            {"cache": "redis", "result": result},
+            np.cumsum(cache_total * share),
+        )
     yield "health_check_up", {"check": "model"}, s.ready
     yield "health_check_up", {"check": "redis"}, s.redis_ok
     yield "service_ready", {}, s.ready * s.redis_ok
@@ -635,8 +712,11 @@ def _gpu(s: _State) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "gpu_sm_clock_hertz", g, s.sm_mhz * 1e6
     yield "gpu_power_watts", g, s.power
     for pid, mem in s.proc_mem.items():
-        yield ("gpu_process_memory_used_bytes",
-               {**g, "pid": pid, "process": "python" if pid == "4242" else "batch_job"}, mem)
+        yield (
+            "gpu_process_memory_used_bytes",
+            {**g, "pid": pid, "process": "python" if pid == "4242" else "batch_job"},
+            mem,
+        )
     if s.xid_at is not None:
         x = np.where(np.arange(s.n) >= s.xid_at, 1.0, 0.0)
         x[: s.xid_at] = np.nan  # the counter appears with the first Xid, as collectors do
@@ -658,11 +738,14 @@ def _host(s: _State) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "host_memory_available_bytes", {}, np.clip(s.mem_avail, 0.01, 1) * total
     yield "host_swap_in_pages_total", {}, np.cumsum(s.swap_rate / 2)
     yield "host_swap_out_pages_total", {}, np.cumsum(s.swap_rate / 2)
-    yield ("host_pressure_stalled_seconds_total", {"resource": "memory", "kind": "some"},
-           np.cumsum(s.psi_mem))
+    yield (
+        "host_pressure_stalled_seconds_total",
+        {"resource": "memory", "kind": "some"},
+        np.cumsum(s.psi_mem),
+    )
     oom = np.zeros(s.n)
     if s.oom_kill_at is not None:
-        oom[s.oom_kill_at:] = 1.0
+        oom[s.oom_kill_at :] = 1.0
     yield "host_oom_kills_total", {}, oom
     d = {"device": "sda"}
     ops = 200.0
@@ -671,8 +754,11 @@ def _host(s: _State) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "host_disk_writes_completed_total", d, np.cumsum(np.full(s.n, ops / 2))
     yield "host_disk_read_time_seconds_total", d, np.cumsum(ops / 2 * s.disk_await)
     yield "host_disk_write_time_seconds_total", d, np.cumsum(ops / 2 * s.disk_await)
-    yield "kernel_io_errors_total", d, np.cumsum(s.io_errors if s.io_errors is not None
-                                                  else np.zeros(s.n))
+    yield (
+        "kernel_io_errors_total",
+        d,
+        np.cumsum(s.io_errors if s.io_errors is not None else np.zeros(s.n)),
+    )
     seg = 5000.0 * s.rps / 50.0
     yield "host_tcp_out_segments_total", {}, np.cumsum(seg)
     yield "host_tcp_retransmitted_segments_total", {}, np.cumsum(seg * s.retrans_ratio)
@@ -681,8 +767,19 @@ def _host(s: _State) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "host_tcp_connections", {"port": "8000", "state": "established"}, np.round(s.conns)
 
 
-_SERVICE_PREFIXES = ("http_", "queue_", "worker_pool_", "model_", "input_", "admission_",
-                     "errors_", "cache_", "health_", "service_", "kv_cache_")
+_SERVICE_PREFIXES = (
+    "http_",
+    "queue_",
+    "worker_pool_",
+    "model_",
+    "input_",
+    "admission_",
+    "errors_",
+    "cache_",
+    "health_",
+    "service_",
+    "kv_cache_",
+)
 
 
 def samples(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray, np.ndarray]]:
@@ -694,10 +791,13 @@ def samples(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray, np.
             continue
         v = np.asarray(values, dtype=np.float64)
         service = name.startswith(_SERVICE_PREFIXES)
-        if s.restart_at is not None and service and name.endswith(("_total", "_bucket",
-                                                                   "_count", "_sum")):
+        if (
+            s.restart_at is not None
+            and service
+            and name.endswith(("_total", "_bucket", "_count", "_sum"))
+        ):
             v = v.copy()
-            v[s.restart_at:] -= v[s.restart_at]  # the restarted process counts from zero
+            v[s.restart_at :] -= v[s.restart_at]  # the restarted process counts from zero
         keep = np.isfinite(v)
         if service and (s.up < 1).any():
             keep &= s.up >= 1  # a dead target exposes nothing
@@ -719,59 +819,64 @@ def to_store(sc: Scenario, store: object | None = None) -> object:
 
 
 def to_openmetrics(sc: Scenario) -> str:
-    """The scenario as OpenMetrics text with timestamps, for ``promtool tsdb create-blocks-from``."""
-    lines: list[str] = []
-    typed: set[str] = set()
+    """The scenario as OpenMetrics text with timestamps (``promtool tsdb create-blocks-from``)."""
+    by_name: dict[str, list[str]] = {}
     for name, labels, ts, vals in samples(sc):
-        family, kind = _family(name)
-        if family not in typed:
-            typed.add(family)
-            lines.append(f"# TYPE {family} {kind}")
         lab = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         head = f"{name}{{{lab}}}" if lab else name
-        lines += [f"{head} {v!r} {t:.3f}" for t, v in zip(ts.tolist(), vals.tolist(),
-                                                          strict=True)]
+        by_name.setdefault(name, []).extend(
+            f"{head} {v!r} {t:.3f}" for t, v in zip(ts.tolist(), vals.tolist(), strict=True)
+        )
+    lines: list[str] = []
+    for name in sorted(by_name):  # OpenMetrics wants each family's samples together
+        lines.append(f"# TYPE {name} {_family_type(name)}")
+        lines += by_name[name]
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
 
-def _family(name: str) -> tuple[str, str]:
-    for suffix in ("_bucket", "_count", "_sum"):
-        if name.endswith(suffix):
-            return name, "unknown"
-    if name.endswith("_total"):
-        return name, "unknown"
-    return name, "gauge"
+def _family_type(name: str) -> str:
+    # counters and histogram parts go in as "unknown" so each sample name is its own
+    # family; Prometheus stores them the same way.
+    return "unknown" if name.endswith(("_bucket", "_count", "_sum", "_total")) else "gauge"
 
 
 # --- the real H200 recording --------------------------------------------------------
 
 
-def h200_scenarios(
-    csv_path: str | Path, *, stretch: float = 6.0, seed: int = 0
-) -> list[Scenario]:
+def h200_scenarios(csv_path: str | Path, *, stretch: float = 6.0, seed: int = 0) -> list[Scenario]:
     """Scenarios built from the REAL H200 recording: leak, cotenant, contention, oom.
 
     Each 0.5 s row of a fault phase becomes ``stretch`` seconds; the baseline
     before it is the recording's own ``normal`` rows, tiled.
     """
-    rows = list(csv.DictReader(Path(csv_path).open()))
+    with Path(csv_path).open() as fh:
+        rows = list(csv.DictReader(fh))
     normal = [r for r in rows if r["phase"] == "normal" and r["lat_p50_ms"]][2:]
     out = []
-    for phase, fault in (("leak", "gpu_memory_leak"), ("cotenant", "gpu_cotenant"),
-                         ("contention", "gpu_contention"), ("oom", "gpu_oom")):
+    for phase, fault in (
+        ("leak", "gpu_memory_leak"),
+        ("cotenant", "gpu_cotenant"),
+        ("contention", "gpu_contention"),
+        ("oom", "gpu_oom"),
+    ):
         fault_rows = [r for r in rows if r["phase"] == phase and r["lat_p50_ms"]]
         out.append(_h200_scenario(normal, fault_rows, fault, stretch, seed))
     return out
 
 
-def _h200_scenario(normal: list[dict[str, str]], fault_rows: list[dict[str, str]], fault: str,
-                   stretch: float, seed: int) -> Scenario:
+def _h200_scenario(
+    normal: list[dict[str, str]],
+    fault_rows: list[dict[str, str]],
+    fault: str,
+    stretch: float,
+    seed: int,
+) -> Scenario:
     rng = np.random.default_rng(seed)
     fault_len = int(len(fault_rows) * stretch)
     n = 1800
     at = n - fault_len
-    base_idx = [i % len(normal) for i in range(int(math.ceil(at / stretch)) + 1)]
+    base_idx = [i % len(normal) for i in range(math.ceil(at / stretch) + 1)]
     seq = [normal[i] for i in base_idx]
     rows = [seq[int(i / stretch)] for i in range(at)]
     rows += [fault_rows[min(int(i / stretch), len(fault_rows) - 1)] for i in range(fault_len)]
@@ -793,8 +898,11 @@ def _h200_scenario(normal: list[dict[str, str]], fault_rows: list[dict[str, str]
     s.infer_median = col["gpu_p50_ms"] / 1000.0
     s.wall_extra = np.maximum(p50 - s.infer_median, 0.0)
     s.counters["CUDA_OOM"] = col["oom_errors"] * 2.0
-    s.status["503"] = np.where(col["requests"] > 0, col["oom_errors"] / np.maximum(
-        col["requests"] + col["oom_errors"], 1), 0.0)
+    s.status["503"] = np.where(
+        col["requests"] > 0,
+        col["oom_errors"] / np.maximum(col["requests"] + col["oom_errors"], 1),
+        0.0,
+    )
     name = f"h200-real:{fault}"
     return Scenario(name, fault, T0 + at, T0, T0 + n - 1, s, [], (), "h200-recording")
 
