@@ -179,12 +179,16 @@ def wrk(port: int, delay_ms: float, duration: float) -> dict[str, Any]:
 
 
 def wrk_delay_for(port: int, rate: float) -> float:
-    """wrk's per-connection pause that offers ``rate``: one calibration run measures
-    what a cycle costs besides the pause (latency, timer granularity)."""
-    pause = CONNECTIONS / rate * 1000.0
-    got = wrk(port, pause, 2.0)["rps"]
-    overhead = CONNECTIONS / got * 1000.0 - pause
-    return max(0.0, pause - overhead)
+    """wrk's per-connection pause that offers ``rate``. wrk sleeps on millisecond
+    timers, so the pause it is given is not the pause it makes: two short
+    calibration runs correct it, clamped to [0.5, 1] x connections/rate."""
+    nominal = CONNECTIONS / rate * 1000.0
+    pause = nominal
+    for _ in range(2):
+        got = wrk(port, pause, 2.0)["rps"]
+        pause *= got / rate  # too slow -> shorter pause, too fast -> longer
+        pause = min(nominal, max(0.5 * nominal, pause))
+    return pause
 
 
 def main() -> None:
