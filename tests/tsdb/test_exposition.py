@@ -120,3 +120,38 @@ def test_parser_cache_reuses_entries() -> None:
     first = parser.parse_entries("a 1\n")
     second = parser.parse_entries("a 2\n")
     assert first[0][0] is second[0][0]
+
+
+line_parts = st.tuples(
+    names,
+    st.dictionaries(names, label_values, max_size=3),
+    st.sampled_from([" ", "  ", "\t", " \t "]),
+    values,
+    st.one_of(st.none(), st.integers(min_value=0, max_value=2 * 10**12)),
+)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _render(parts: tuple[str, dict[str, str], str, float, int | None]) -> str:
+    name, labels, gap, value, ts = parts
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    text = f"m_{name}{{{body}}}" if labels else f"m_{name}"
+    text += f"{gap}{value!r}".replace("inf", "Inf").replace("nan", "NaN")
+    return text + (f"{gap}{ts}" if ts is not None else "")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(line_parts, min_size=1, max_size=6))
+def test_hand_written_lines_agree_warm_and_cold(
+    lines: list[tuple[str, dict[str, str], str, float, int | None]],
+) -> None:
+    text = "\n".join(_render(p) for p in lines) + "\n"
+    reference = parse_reference(text, openmetrics=False)
+    parser = ExpositionParser()
+    for _ in range(2):  # the second pass takes the warm key-cache path
+        rows = parser.parse(text)
+        assert [(r[0], r[2]) for r in rows] == [(r[0], r[2]) for r in reference]
+        assert all(_same(a[1], b[1]) for a, b in zip(rows, reference, strict=True))
