@@ -59,7 +59,9 @@ def test_out_of_order_and_duplicate_are_rejected_and_counted() -> None:
         store.append("x", {}, 2.0, T)
     with pytest.raises(SampleRejected, match="out_of_order"):
         store.append("x", {}, 3.0, T - 1)
-    assert store.stats()["rejected"] == {"duplicate": 1, "out_of_order": 1}
+    with pytest.raises(SampleRejected, match="bad_timestamp"):
+        store.append("x", {}, 3.0, math.inf)
+    assert store.stats()["rejected"] == {"duplicate": 1, "out_of_order": 1, "bad_timestamp": 1}
     assert store.query("x", T).values() == [1.0]  # what was stored is kept
 
 
@@ -71,10 +73,16 @@ def test_append_samples_counts_instead_of_raising() -> None:
         Sample("x", {"a": "1"}, 3.0, T - 5),  # out of order
         Sample("x", {"a": "2"}, 4.0),  # default timestamp
         Sample("x", {"a": "3"}, 5.0, math.nan),  # bad timestamp
+        Sample("x", {"a": "4"}, "five", T),  # type: ignore[arg-type]  # not a number
     ]
     stats = store.append_samples(samples, default_timestamp=T + 1)
     assert stats.appended == 2
-    assert stats.rejected == {"duplicate": 1, "out_of_order": 1, "bad_timestamp": 1}
+    assert stats.rejected == {
+        "duplicate": 1,
+        "out_of_order": 1,
+        "bad_timestamp": 1,
+        "bad_sample": 1,
+    }
     assert stats.series_created == 2
     assert sorted(store.query("x", T + 1).values()) == [1.0, 4.0]
 

@@ -119,6 +119,10 @@ class Store:
     def append(self, name: str, labels: Mapping[str, str], value: float, timestamp: float) -> None:
         """Store one sample; raises ``SampleRejected`` or ``CardinalityLimitError``."""
         key = label_key({**labels, "__name__": name})
+        if not math.isfinite(timestamp):
+            with self._lock:
+                self._count_reject("bad_timestamp")
+            raise SampleRejected("bad_timestamp", _show(key), 0)
         t_ms = _to_ms(timestamp)
         with self._lock:
             series = self._get_or_create(key)
@@ -140,19 +144,24 @@ class Store:
         """
         default_ms = _to_ms(default_timestamp)
         rows: list[Row] = []
-        bad = 0
+        bad: dict[str, int] = {}
         for s in samples:
             ts = s.timestamp
             if ts is not None and not math.isfinite(ts):
-                bad += 1
+                bad["bad_timestamp"] = bad.get("bad_timestamp", 0) + 1
                 continue
-            t_ms = default_ms if ts is None else round(ts * 1000)
-            rows.append((label_key({**s.labels, "__name__": s.name}), float(s.value), t_ms))
+            try:
+                value = float(s.value)
+                labels = label_key({**s.labels, "__name__": s.name})
+            except (TypeError, ValueError):  # a collector bug must not lose the batch
+                bad["bad_sample"] = bad.get("bad_sample", 0) + 1
+                continue
+            rows.append((labels, value, default_ms if ts is None else round(ts * 1000)))
         stats = self._append_rows(rows, default_ms)
-        if bad:
-            stats.rejected["bad_timestamp"] = bad
+        for reason, n in bad.items():
+            stats.rejected[reason] = n
             with self._lock:
-                self._count_reject("bad_timestamp", bad)
+                self._count_reject(reason, n)
         return stats
 
     def ingest_exposition(
