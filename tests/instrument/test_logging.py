@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 import aivitals
 from aivitals.errors import ConfigError
 from aivitals.instrument import CONTEXT_FIELDS, JsonFormatter, configure_logging, inference
+from aivitals.signals import ErrorCode
 from tests.instrument._apps import fastapi_app
 
 
@@ -164,25 +165,35 @@ def test_direct_lines_equal_the_record_path() -> None:
     stream = io.StringIO()
     writer = configure_logging(stream, registry=CollectorRegistry())
     logger = logging.getLogger("aivitals.instrument")
-    fields = {
+    plain = {
         "route": "/x",
         "status": 200,
         "ratio": 0.5,
         "ok": True,
         "none": None,
-        "prompt": "secret",
         "nested": {"a": [1, 2]},
         "odd": object,
+        "code": ErrorCode.CUDA_OOM,
+        "inf": float("inf"),
+        "quote": 'a"b%s\u00e9\n',
+        "big": 10**20,
     }
+    payloads = (plain, {**plain, "prompt": "secret"}, {**plain, "error_code": "TIMEOUT"})
     try:
-        log_event("same", fields)  # the direct lane: our writer is the only handler
+        for payload in payloads:
+            log_event("same", payload)  # the direct lane: our writer is the only handler
         logger.addFilter(lambda record: True)  # a filter sends it through a LogRecord
-        log_event("same", fields)
+        for payload in payloads:
+            log_event("same", payload)
     finally:
         logger.filters.clear()
         writer.stop()
-    direct, via_record = (json.loads(line) for line in stream.getvalue().splitlines())
-    direct.pop("ts")
-    via_record.pop("ts")
-    assert direct == via_record
-    assert direct["prompt"] == "<redacted 6 chars>"
+    raw = stream.getvalue().splitlines()
+    lines = [json.loads(line) for line in raw]
+    for line in lines:
+        line.pop("ts")
+    assert lines[:3] == lines[3:]
+    assert lines[0]["quote"] == 'a"b%s\u00e9\n' and lines[0]["code"] == "CUDA_OOM"
+    assert lines[1]["prompt"] == "<redacted 6 chars>"
+    assert lines[2]["error_code"] == "TIMEOUT"
+    assert raw[0].split(", ", 1)[1] == raw[3].split(", ", 1)[1]  # byte for byte after ts

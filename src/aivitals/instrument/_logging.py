@@ -17,8 +17,10 @@ from __future__ import annotations
 import atexit
 import collections
 import json
+import json.encoder
 import logging
 import logging.handlers
+import math
 import os
 import threading
 import time
@@ -186,9 +188,45 @@ class JsonFormatter(logging.Formatter):
         self.static = dict(static or {})
         self._second = -1
         self._prefix = ""
+        self._templates: dict[tuple[str, str, tuple[Any, ...]], str] = {}
 
     def line(self, name: str, event: str, ctx: tuple[Any, ...], fields: Mapping[str, Any]) -> str:
-        """The JSON line of an INFO event, built without a LogRecord (``log_event``'s lane)."""
+        """The JSON line of an INFO event, built without a LogRecord (``log_event``'s lane).
+
+        The same object ``format`` writes. The common case (no static fields,
+        nothing to redact) fills a cached %-template with the values rendered
+        one by one, which costs about half of ``json.dumps`` of the whole dict.
+        """
+        if self.static or not (self.log_prompts or PROMPT_FIELDS.isdisjoint(fields)):
+            return self._line_via_dict(name, event, ctx, fields)
+        key = (name, event, tuple(fields))
+        template = self._templates.get(key)
+        if template is None:
+            template = self._template(key)
+            if template is None:
+                return self._line_via_dict(name, event, ctx, fields)
+        values = [_scalar(v) for v in ctx]
+        values += [_scalar(v) for v in fields.values()]
+        return template % (self._timestamp(time.time()), *values)
+
+    def _template(self, key: tuple[str, str, tuple[Any, ...]]) -> str | None:
+        name, event, names = key
+        if len(self._templates) >= 1000 or not all(
+            isinstance(k, str) and k not in _FIXED_KEYS for k in names
+        ):
+            return None  # a field that overrides a fixed key needs the dict's semantics
+        head = (
+            f'{{"ts": "%s", "level": "info", "logger": {_quoted(name)}, "event": {_quoted(event)}'
+        )
+        parts = [head, *(f'"{k}": %s' for k in CONTEXT_FIELDS)]
+        parts += [f"{_quoted(k)}: %s" for k in names]
+        template = ", ".join(parts) + "}"
+        self._templates[key] = template
+        return template
+
+    def _line_via_dict(
+        self, name: str, event: str, ctx: tuple[Any, ...], fields: Mapping[str, Any]
+    ) -> str:
         out: dict[str, Any] = {
             "ts": self._timestamp(time.time()),
             "level": "info",
@@ -196,13 +234,9 @@ class JsonFormatter(logging.Formatter):
             "event": event,
         }
         out.update(zip(CONTEXT_FIELDS, ctx, strict=True))
-        if self.static:
-            out.update(self.static)
-        if self.log_prompts or PROMPT_FIELDS.isdisjoint(fields):
-            out.update(fields)
-        else:
-            for key, value in fields.items():
-                out[key] = self._value(key, value)
+        out.update(self.static)
+        for key, value in fields.items():
+            out[key] = self._value(key, value)
         return _ENCODER.encode(out)
 
     def format(self, record: logging.LogRecord) -> str:
@@ -239,6 +273,31 @@ class JsonFormatter(logging.Formatter):
             self._second = second
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
+
+
+_FIXED_KEYS = frozenset({"ts", "level", "logger", "event", *CONTEXT_FIELDS})
+_encode_str = json.encoder.encode_basestring  # what ensure_ascii=False writes, in C
+
+
+def _quoted(text: str) -> str:
+    """A JSON string literal, safe inside a %-template."""
+    return _encode_str(text).replace("%", "%%")
+
+
+def _scalar(value: Any) -> str:
+    """One JSON value, exactly as ``_ENCODER`` writes it."""
+    if value is None:
+        return "null"
+    kind = type(value)
+    if kind is str:
+        return _encode_str(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    return _ENCODER.encode(value)
 
 
 class _Buffer:
