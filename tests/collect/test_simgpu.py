@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import subprocess
 import sys
 import time
@@ -179,3 +180,40 @@ def test_sim_backend_counts_a_broken_state_as_down(tmp_path: Path) -> None:
     up = {s.name: s.value for s in samples if s.name.startswith("aivitals_")}
     assert up["aivitals_collector_up"] == 0.0
     assert up["aivitals_collector_errors_total"] == 1.0
+
+
+def test_concurrent_processes_never_lose_an_update(tmp_path: Path) -> None:
+    gpu = SimGPU(tmp_path, memory_total=8 * GIB)
+    code = (
+        "import os, sys; from aivitals.collect.gpu import SimGPU;"
+        f"g = SimGPU({str(tmp_path)!r});"
+        "[(g.allocate(os.getpid(), 1024), g.busy(0, 0.0001)) for _ in range(100)];"
+        "print(os.getpid(), flush=True); sys.stdin.read()"
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    try:
+        pending = [c.stdout for c in children if c.stdout is not None]
+        pids: list[int] = []
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            gpu.devices()  # read while they write: never half a file
+            ready, _, _ = select.select(pending, [], [], 0.01)
+            for out in ready:
+                pids.append(int(out.readline()))
+                pending.remove(out)
+        assert len(pids) == 3
+        held = gpu.processes(0)
+        assert {pid: held.get(pid) for pid in pids} == dict.fromkeys(pids, 100 * 1024)
+    finally:
+        for c in children:
+            if c.stdin is not None:
+                c.stdin.close()
+            c.wait(20)
+            if c.stdout is not None:
+                c.stdout.close()
+    assert gpu.processes(0) == {}

@@ -176,9 +176,17 @@ class SimGPU:
         return state
 
     def _write(self, state: dict[str, Any]) -> None:
-        tmp = self._path.with_name(f".simgpu.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, separators=(",", ":")))
-        os.replace(tmp, self._path)  # readers never see half a file
+        # Written in place under the exclusive lock; every reader takes the
+        # shared lock, so none sees half a file (and no rename per kernel call).
+        data = json.dumps(state, separators=(",", ":")).encode()
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def _modify(self) -> Iterator[dict[str, Any]]:
