@@ -355,7 +355,3 @@ def expect_scalar(ctx: Context, value: Value, what: str) -> Floats:
     if not isinstance(value, Scalar):
         raise QueryError(f"{what} needs a scalar", expr=ctx.expr)
     return value.v
-
-
-def labels_dict(labels: Labels) -> dict[str, str]:
-    return dict(labels)

@@ -46,12 +46,11 @@ def label_key(labels: dict[str, str] | tuple[tuple[str, str], ...]) -> Labels:
 class Series:
     """The samples of one series, oldest first, in two parallel arrays."""
 
-    __slots__ = ("dead", "id", "labels", "name", "start", "ts", "vals")
+    __slots__ = ("dead", "id", "labels", "start", "ts", "vals")
 
     def __init__(self, sid: int, labels: Labels) -> None:
         self.id = sid
         self.labels = labels
-        self.name = dict(labels).get("__name__", "")
         self.ts = array("q")
         self.vals = array("d")
         self.start = 0
@@ -59,14 +58,6 @@ class Series:
 
     def __len__(self) -> int:
         return len(self.ts) - self.start
-
-    @property
-    def last_ts(self) -> int | None:
-        return self.ts[-1] if len(self.ts) > self.start else None
-
-    @property
-    def first_ts(self) -> int | None:
-        return self.ts[self.start] if len(self.ts) > self.start else None
 
     def append(self, t_ms: int, value: float) -> str | None:
         """Append one sample; returns the rejection reason instead of storing, or None."""

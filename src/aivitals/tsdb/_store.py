@@ -318,11 +318,6 @@ class Store:
 
     # ----------------------------------------------------------------- reading
 
-    def select(self, matchers: Sequence[Matcher]) -> list[Series]:
-        """The series matching every matcher, sorted by labels (call under no lock)."""
-        with self._lock:
-            return sorted(self._select(matchers), key=lambda s: s.labels)
-
     def _select(self, matchers: Sequence[Matcher]) -> Iterator[Series]:
         candidates: set[Series] | None = None
         rest: list[tuple[str, str, str, re.Pattern[str] | None]] = []

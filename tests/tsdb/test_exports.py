@@ -1,0 +1,21 @@
+"""The deliberate public surface of aivitals.tsdb."""
+
+from __future__ import annotations
+
+import aivitals.tsdb as tsdb
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert tsdb.__all__ == sorted(tsdb.__all__)
+    assert set(tsdb.__all__) == {
+        "AppendStats",
+        "Backend",
+        "InstantSample",
+        "PrometheusBackend",
+        "QueryResult",
+        "RangeSeries",
+        "ResultType",
+        "Store",
+    }
+    for name in tsdb.__all__:
+        assert getattr(tsdb, name) is not None
