@@ -217,3 +217,11 @@ def test_concurrent_processes_never_lose_an_update(tmp_path: Path) -> None:
             if c.stdout is not None:
                 c.stdout.close()
     assert gpu.processes(0) == {}
+
+
+def test_a_writer_killed_before_truncating_leaves_a_readable_state(tmp_path: Path) -> None:
+    gpu = SimGPU(tmp_path)
+    gpu.allocate(os.getpid(), GIB)
+    path = tmp_path / "simgpu.json"
+    path.write_text(path.read_text() + '"tail of a longer, older state"}}')
+    assert gpu.processes(0) == {os.getpid(): GIB}

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...errors import ConfigError
 from .._xid import xid_meaning
@@ -38,6 +38,7 @@ _BUCKET = 0.1  # seconds of busy-time resolution
 _HORIZON = 60.0  # busy history kept; also the longest utilization window
 _XID_KEEP = 100
 _GIB = float(2**30)
+_DECODER = json.JSONDecoder()
 
 
 class SimOutOfMemoryError(RuntimeError):
@@ -163,17 +164,16 @@ class SimGPU:
 
     def _read(self) -> dict[str, Any] | None:
         try:
-            state: dict[str, Any] = json.loads(self._path.read_text())
+            # raw_decode: a writer killed between its write and its truncate
+            # leaves the old file's tail after a complete new document.
+            state, _ = _DECODER.raw_decode(self._path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"sim GPU state {str(self._path)!r} is unreadable: {exc}") from exc
-        if state.get("version") != _VERSION:
-            raise ConfigError(
-                f"sim GPU state {str(self._path)!r} has version {state.get('version')!r}, "
-                f"expected {_VERSION}"
-            )
-        return state
+        if not isinstance(state, dict) or state.get("version") != _VERSION:
+            raise ConfigError(f"sim GPU state {str(self._path)!r} is not version {_VERSION} state")
+        return cast(dict[str, Any], state)
 
     def _write(self, state: dict[str, Any]) -> None:
         # Written in place under the exclusive lock; every reader takes the
