@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,29 @@ def _check_api(c: httpx.Client) -> None:
     assert series["data"] == [{"__name__": "aivitals_collector_up", "collector": "counting"}]
     assert c.get("/-/ready").status_code == 200
     assert c.get("/-/healthy").status_code == 200
+
+
+def _raw_post(url: str, length: str) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /api/v1/query HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n"
+            + f"Content-Length: {length}\r\nConnection: close\r\n\r\nquery=up".encode()
+        )
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("length", "says"), [(str(2 << 20), b"1 MiB"), ("lots", b"is not a number")]
+)
+def test_post_with_a_bad_or_huge_form_is_refused(length: str, says: bytes) -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        answer = _raw_post(agent.url, length)
+    assert answer.startswith(b"HTTP/1.1 400") and says in answer
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _params(self) -> dict[str, list[str]]:
         params = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
         if self.command == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = self.headers.get("Content-Length") or "0"
+            if not declared.isdigit():
+                raise _BadRequest(f"Content-Length {declared!r} is not a number")
+            length = int(declared)
             if length > _MAX_FORM:
                 raise _BadRequest(f"form body of {length} bytes is over the 1 MiB limit")
             form = parse_qs(self.rfile.read(length).decode("utf-8", "replace"))
