@@ -356,3 +356,22 @@ async def test_an_idle_service_admits_even_after_learning_slow_latencies() -> No
     await learn_latency(ctl, 0.05, n=3)
     async with ctl.admit(timeout=0.01):
         pass
+
+
+async def test_a_request_granted_too_late_to_finish_is_refused_and_hands_the_slot_on() -> None:
+    registry = CollectorRegistry()
+    ctl = controller(registry, initial_limit=1, queue_size=4)
+    await learn_latency(ctl, 0.02, n=3)
+    release = asyncio.Event()
+    holder = asyncio.ensure_future(hold(ctl, release))
+    await settle()
+    waiter = asyncio.ensure_future(hold(ctl, release, timeout=0.5))
+    await settle()
+    # the holder is slow: when it finishes, the estimate has grown past the time left
+    await asyncio.sleep(0.35)
+    release.set()
+    await holder
+    with pytest.raises(AdmissionRefused, match="at the grant"):
+        await waiter
+    assert ctl.in_flight == 0 and ctl.queue_length == 0
+    assert refusals(registry, "deadline") == 1

@@ -319,10 +319,29 @@ class AdmissionController:
         self._publish()
         try:
             await self._wait(waiter)
+            self._still_in_time(ticket)
         except BaseException:
             self.reserved -= ticket.cost
             raise
         self._start(ticket, waiter.enqueued)
+
+    def _still_in_time(self, ticket: Ticket) -> None:
+        """At the grant, refuse (and hand the slot on) if the work can no longer fit.
+
+        The service estimate may have grown while the request waited; a 429 now is
+        better than a 504 after spending the slot.
+        """
+        left = ticket.deadline - self.clock()
+        if left >= self._service_estimate:
+            return
+        self.in_flight -= 1
+        self._dispatch()
+        refused = self._refused(
+            "deadline",
+            f"{left:.3f} s left at the grant, service takes {self._service_estimate:.3f} s",
+        )
+        self._count_refusal(ticket.priority, refused)
+        raise refused
 
     async def _wait(self, waiter: _Waiter) -> None:
         # Leave the queue while the deadline can still be told to the client: a request
@@ -377,7 +396,7 @@ class AdmissionController:
         self._mean_latency = latency if mean is None else mean + 0.1 * (latency - mean)
         if len(self._latencies) % 16 == 1 or len(self._latencies) < 16:
             ordered = sorted(self._latencies)
-            self._service_estimate = ordered[int(0.9 * (len(ordered) - 1))]
+            self._service_estimate = ordered[math.ceil(0.99 * len(ordered)) - 1]  # nearest rank
 
     def _dispatch(self) -> None:
         for queue in self._queues:
