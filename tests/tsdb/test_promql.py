@@ -139,3 +139,18 @@ def test_histogram_quantile_rules() -> None:
 )
 def test_count_values_formats_like_go(value: float, text: str) -> None:
     assert format_value(value) == text
+
+
+def test_too_many_points_is_refused(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aivitals.tsdb import _engine
+
+    monkeypatch.setattr(_engine, "MAX_SAMPLES", 50)
+    with pytest.raises(QueryError, match="too many samples"):
+        store.query_range("g", T, T + 600, 15)
+    with pytest.raises(QueryError, match="too many samples"):
+        store.query("rate(c_total[10m])", END)
+
+
+def test_runaway_subquery_is_refused(store: Store) -> None:
+    with pytest.raises(QueryError, match="subquery"):
+        store.query("max_over_time(g[10y:1s])", END)

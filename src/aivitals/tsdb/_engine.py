@@ -44,6 +44,8 @@ LOOKBACK_MS = 300_000
 #: Subqueries without a step use Prometheus's default evaluation interval.
 DEFAULT_SUBQUERY_STEP_MS = 60_000
 MAX_POINTS = 11_000
+#: Points one selector may load, as Prometheus's default ``--query.max-samples``.
+MAX_SAMPLES = 50_000_000
 
 _MATCH_OPS = {
     "MatchOp.Equal": "=",
@@ -245,6 +247,7 @@ def select_instant(ctx: Context, vs: Any) -> tuple[Vec, Ints]:
     )
     if not labels:
         return Vec.empty(ctx.n), np.zeros((0, ctx.n), dtype=np.int64)
+    check_size(ctx, len(t_all) + len(labels) * ctx.n)
     base = int(eff.min()) - LOOKBACK_MS
     sid = np.arange(len(labels), dtype=np.int64)
     key = np.repeat(sid * _BIG, np.diff(off)) + (t_all - base)
@@ -258,6 +261,16 @@ def select_instant(ctx: Context, vs: Any) -> tuple[Vec, Ints]:
     return _keep_present(labels, v, ok, t)
 
 
+def check_size(ctx: Context, points: int) -> None:
+    """Refuse a query that would hold more points than Prometheus allows by default."""
+    if points > MAX_SAMPLES:
+        raise QueryError(
+            f"query processing would load too many samples into memory ({points:,} > "
+            f"{MAX_SAMPLES:,})",
+            expr=ctx.expr,
+        )
+
+
 def _keep_present(labels: list[Labels], v: Floats, m: Mask, t: Ints) -> tuple[Vec, Ints]:
     rows = np.flatnonzero(m.any(axis=1))
     return Vec([labels[i] for i in rows.tolist()], v[rows], m[rows]), t[rows]
@@ -268,6 +281,7 @@ def _matrix_selector(ctx: Context, node: Any) -> Value:
     rng = _offset_ms(node.range)
     eff = effective_times(ctx, vs.at, vs.offset)
     labels, t, v, off = ctx.store.fetch(matchers_of(ctx, vs), int(eff.min()) - rng, int(eff.max()))
+    check_size(ctx, len(t) + len(labels) * ctx.n)
     stale = stale_mask(v)
     if stale.any():
         labels, t, v, off = _drop(labels, t, v, off, ~stale)
@@ -295,6 +309,10 @@ def _subquery(ctx: Context, node: Any) -> Value:
     start = (first // step) * step
     if start < first:
         start += step
+    if (int(eff.max()) - start) // step + 1 > MAX_POINTS * 10:
+        raise QueryError(
+            f"subquery would evaluate more than {MAX_POINTS * 10:,} steps", expr=ctx.expr
+        )
     grid = np.arange(start, int(eff.max()) + 1, step, dtype=np.int64)
     empty = np.zeros(0, dtype=np.int64)
     if len(grid) == 0:
