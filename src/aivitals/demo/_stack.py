@@ -81,6 +81,9 @@ class StackConfig:
     service_args: Sequence[str] = ()
     rule_params: dict[str, Any] = field(default_factory=dict)
     ready_timeout: float = 180.0
+    #: The service's open-file limit (soft). Small, as in many containers, so that the
+    #: connection-flood fault exhausts it as in DOMAIN's incident; None keeps the inherited.
+    service_max_fds: int | None = 2400
 
     def __post_init__(self) -> None:
         if self.for_factor < 1:
@@ -110,8 +113,10 @@ class ServiceProcess:
         queue_size: int,
         request_timeout: float,
         port: int,
+        max_fds: int | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
+        self.max_fds = max_fds
         self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "service.jsonl"
@@ -154,8 +159,17 @@ class ServiceProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: one killpg stops it all
+                preexec_fn=self._limit_fds if self.max_fds else None,
             )
         self.wait_ready(timeout)
+
+    def _limit_fds(self) -> None:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = self.max_fds or soft
+        cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (cap, hard))
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -257,6 +271,7 @@ class Stack:
             queue_size=self.config.queue_size,
             request_timeout=self.config.request_timeout,
             port=self.service_port,
+            max_fds=self.config.service_max_fds,
             extra_args=self.config.service_args,
         )
         self.service.start(self.config.ready_timeout)
