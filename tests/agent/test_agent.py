@@ -211,6 +211,15 @@ def test_periodic_jobs_and_events() -> None:
         assert agent.events(start=2000.0) == []
 
 
+def test_stop_is_idempotent_and_final() -> None:
+    agent = Agent(cfg(), collectors=[Counting()])
+    agent.start()
+    agent.stop()
+    agent.stop()
+    with pytest.raises(RuntimeError, match="restarted"):
+        agent.start()
+
+
 def test_collect_once_without_starting() -> None:
     agent = Agent(cfg(), collectors=[Counting()])
     agent.collect_once()

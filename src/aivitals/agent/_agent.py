@@ -140,6 +140,8 @@ class Agent:
         """Start the schedule and the HTTP server; returns at once."""
         if self.started:
             return
+        if self._stop.is_set():
+            raise RuntimeError("a stopped agent cannot be restarted; make a new Agent")
         from ._http import serve
 
         host, port = parse_listen(self.config.listen, allow_remote=self.config.allow_remote)
