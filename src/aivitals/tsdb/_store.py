@@ -34,6 +34,7 @@ __all__ = ["AppendStats", "Matcher", "Store"]
 Matcher = tuple[str, str, str]
 
 _GC_EVERY = 50_000
+_MAX_PARSERS = 10_000
 
 
 @dataclass
@@ -189,6 +190,8 @@ class Store:
         with self._lock:
             parser = self._parsers.get((target, extra))
             if parser is None:
+                if len(self._parsers) >= _MAX_PARSERS:  # caches only; they refill
+                    self._parsers.clear()
                 parser = self._parsers[(target, extra)] = ExpositionParser(extra)
         entries = parser.parse_entries(text)
         with self._lock:
