@@ -4,7 +4,10 @@ A tiny exporter in the test serves GPU metrics; mid-test a GPU reports Xid 79.
 A real Prometheus (scrape and evaluation every 1s) loads the exported rule pack
 and prometheus.yml, fires GPUXidError and sends it to a real Alertmanager
 started with the exported alertmanager.yml, which delivers it to a webhook
-receiver in the test. Then `aivitals alerts --prometheus` lists it.
+receiver in the test. Then `aivitals alerts --prometheus` lists it, and the
+samples Prometheus scraped, replayed into the embedded store and evaluated by the
+engine at Prometheus' own evaluation times, give the same pending and firing
+alerts as Prometheus' ALERTS series, group by group.
 """
 
 from __future__ import annotations
@@ -21,17 +24,27 @@ import httpx
 import pytest
 import yaml
 from click.testing import CliRunner
+from prometheus_client import CollectorRegistry
 
-from aivitals.alerts import ExportTargets, default_pack, export_pack
+from aivitals.alerts import ExportTargets, RuleEngine, RulePack, default_pack, export_pack
 from aivitals.cli import cli
+from aivitals.tsdb import Store
 from tests._servers import alertmanager, free_port, prometheus
 
 from ._receiver import receiver
 
+# Besides the GPU, a few series that make every group of the pack record or alert from
+# the start (so each group's evaluation times can be read back from Prometheus).
 HEALTHY = """# TYPE gpu_memory_used_bytes gauge
 gpu_memory_used_bytes{gpu="0",backend="sim"} 1e9
 # TYPE gpu_memory_total_bytes gauge
 gpu_memory_total_bytes{gpu="0",backend="sim"} 8e10
+# TYPE http_request_duration_seconds_count counter
+http_request_duration_seconds_count{route="/v1/embed",status_class="2xx",status="200"} 10
+# TYPE queue_length gauge
+queue_length{queue="inference"} 30
+# TYPE kernel_oom_kills_total counter
+kernel_oom_kills_total{process="python"} 1
 """
 XID = """# TYPE gpu_xid_errors_total counter
 gpu_xid_errors_total{gpu="0",backend="sim",xid="79",meaning="GPU has fallen off the bus"} 1
@@ -114,17 +127,24 @@ def test_an_xid_reaches_the_webhook_through_prometheus_and_alertmanager(tmp_path
 
                 _wait(scraped, 30, "the first scrape of the exporter")
                 time.sleep(2)  # a few healthy evaluations first
-                assert not hook.bodies
+
+                def xid_alerts(bodies: list[Any]) -> list[Any]:
+                    return [
+                        a
+                        for b in bodies
+                        if b["status"] == "firing"
+                        for a in b["alerts"]
+                        if a["labels"]["alertname"] == "GPUXidError"
+                    ]
+
+                assert not xid_alerts(hook.bodies)
                 exp["text"] = HEALTHY + XID
                 _wait(
-                    lambda: hook.wait_for(
-                        lambda bodies: any(b["status"] == "firing" for b in bodies), 0.1
-                    ),
+                    lambda: hook.wait_for(lambda bodies: bool(xid_alerts(bodies)), 0.1),
                     45,
                     "the webhook to receive the Xid alert",
                 )
-                body = next(b for b in hook.bodies if b["status"] == "firing")
-                (alert,) = [a for a in body["alerts"] if a["labels"]["alertname"] == "GPUXidError"]
+                alert = xid_alerts(hook.bodies)[0]
                 assert alert["labels"]["xid"] == "79"
                 assert alert["labels"]["severity"] == "P0" and alert["labels"]["layer"] == "model"
                 assert alert["labels"]["job"] == "aivitals-agent"
@@ -133,3 +153,68 @@ def test_an_xid_reaches_the_webhook_through_prometheus_and_alertmanager(tmp_path
                 result = CliRunner().invoke(cli, ["alerts", "--prometheus", prom.url])
                 assert result.exit_code == 0, result.output
                 assert "GPUXidError" in result.output and "firing" in result.output
+                time.sleep(2)
+                _compare_live_alerts_with_the_engine(prom.url, pack)
+
+
+def _matrix(url: str, selector: str, at: float) -> list[dict[str, Any]]:
+    r = httpx.get(url + "/api/v1/query", params={"query": f"{selector}[10m]", "time": str(at)})
+    r.raise_for_status()
+    result: list[dict[str, Any]] = r.json()["data"]["result"]
+    return result
+
+
+def _ms(t: Any) -> int:
+    return round(float(t) * 1000)
+
+
+def _compare_live_alerts_with_the_engine(url: str, pack: RulePack) -> None:
+    """The raw samples Prometheus scraped, replayed into the embedded store at Prometheus'
+    own evaluation times, give the same pending and firing alerts as its ALERTS series."""
+    end = time.time()
+    raw = _matrix(url, '{__name__=~".+", __name__!~"ALERTS.*|.*:.*"}', end)
+    store = Store(retention=1e9)
+    scrapes: set[int] = set()
+    for series in raw:
+        labels = dict(series["metric"])
+        name = labels.pop("__name__")
+        for t, v in series["values"]:
+            store.append(name, labels, float(v), _ms(t) / 1000)
+            scrapes.add(_ms(t))
+    group_of = {r.name: g.name for g in pack.groups for r in g.rules}
+    seen: dict[str, set[int]] = {g.name: set() for g in pack.groups}
+    prom_alerts: dict[tuple[str, int], set[tuple[tuple[str, str], ...]]] = {}
+    for series in _matrix(url, '{__name__=~"ALERTS|.*:.*"}', end):
+        labels = dict(series["metric"])
+        name = labels.pop("__name__")
+        group = group_of[labels["alertname"] if name == "ALERTS" else name]
+        for t, _ in series["values"]:
+            seen[group].add(_ms(t))
+            if name == "ALERTS":
+                key = tuple(sorted(labels.items()))
+                prom_alerts.setdefault((group, _ms(t)), set()).add(key)
+    # Each group runs on its own fixed 1s cadence; Prometheus' first evaluations may have
+    # left no sample, so the cadence is extended back to the first scrape.
+    evals: list[tuple[int, str]] = []
+    for group, times in seen.items():
+        assert times, f"no evaluation of {group} seen"
+        last = max(times)
+        evals += [(t, group) for t in range(last, min(scrapes) - 1000, -1000)]
+    engine = RuleEngine(store, pack, registry=CollectorRegistry())
+    compared: dict[str, int] = {}
+    for t, group in sorted(evals):
+        events = engine.evaluate_group(group, t / 1000)
+        # A scrape that started just before an evaluation may not have been appended when
+        # Prometheus ran it; such evaluations saw different data and are not compared.
+        if any(0 <= t - s <= 50 for s in scrapes):
+            continue
+        if t < min(seen[group]):
+            continue
+        ours = {
+            tuple(sorted({**e.labels, "alertstate": e.state}.items()))
+            for e in events
+            if e.state != "resolved"
+        }
+        assert ours == prom_alerts.get((group, t), set()), (group, t)
+        compared[group] = compared.get(group, 0) + 1
+    assert len(compared) >= 3 and sum(compared.values()) >= 20, compared
