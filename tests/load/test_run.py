@@ -12,9 +12,10 @@ from tests._servers import free_port
 from tests.load._server import tiny_server
 
 
-def test_open_loop_sends_the_scheduled_rate() -> None:
+@pytest.mark.parametrize("spin", [0.0, 0.001])  # dispatcher thread, or polling in the loop
+def test_open_loop_sends_the_scheduled_rate(spin: float) -> None:
     with tiny_server() as srv:
-        rep = run_load(LoadConfig(url=srv.url + "/", rate=300, duration=1.0, seed=3))
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=300, duration=1.0, seed=3, spin=spin))
     assert rep.mode == "open"
     assert 240 <= rep.sent <= 360  # Poisson(300)
     assert rep.failed == 0 and rep.completed == rep.sent == srv.requests
@@ -118,7 +119,9 @@ def test_refused_connections_and_timeouts_are_errors() -> None:
     rep = run_load(LoadConfig(url=f"http://127.0.0.1:{port}/", rate=50, duration=0.3))
     assert rep.sent > 0 and rep.errors == {"connect_error": rep.sent}
     with tiny_server(slow_delay=1.0) as srv:
-        rep = run_load(LoadConfig(url=srv.url + "/slow", rate=20, duration=0.2, timeout=0.1))
+        rep = run_load(
+            LoadConfig(url=srv.url + "/slow", rate=20, duration=0.2, timeout=0.1, arrival="uniform")
+        )
     assert rep.errors.get("timeout") == rep.sent > 0
 
 

@@ -29,9 +29,10 @@ class LoadConfig:
     ``/v1/completions``, anything else is a ``GET``). ``input_pool`` distinct
     inputs are cycled (0: every request different), so a response cache sees
     a realistic mix of hits and misses. ``requests`` overrides the payload with
-    explicit requests, cycled. ``spin`` is how close to a send time the
-    dispatcher stops sleeping and polls instead (timer wake-ups are only
-    millisecond-precise); it costs CPU at high rates.
+    explicit requests, cycled. Open-loop send times are kept by a thread that
+    sleeps until each one (``spin`` 0, the default); ``spin`` > 0 instead polls
+    in the event loop for that long before each send, which is the most precise
+    on an idle dedicated core and costs a whole core at high rates.
     """
 
     url: str
@@ -57,7 +58,7 @@ class LoadConfig:
     slo_e2e: float | None = None
     allow_hosts: tuple[str, ...] = ()
     seed: int | None = None
-    spin: float = 0.002
+    spin: float = 0.0
     progress: bool = False
 
     def __post_init__(self) -> None:
