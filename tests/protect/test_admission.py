@@ -375,3 +375,23 @@ async def test_a_request_granted_too_late_to_finish_is_refused_and_hands_the_slo
         await waiter
     assert ctl.in_flight == 0 and ctl.queue_length == 0
     assert refusals(registry, "deadline") == 1
+
+
+@pytest.mark.parametrize("instrument_first", [True, False])
+async def test_shares_queue_metrics_with_the_instrumentation(instrument_first: bool) -> None:
+    from aivitals.instrument import InstrumentedQueue
+
+    registry = CollectorRegistry()
+
+    def make_queue() -> InstrumentedQueue[int]:
+        return InstrumentedQueue(8, name="generate", registry=registry)
+
+    queue = make_queue() if instrument_first else None
+    ctl = controller(registry, initial_limit=1)
+    queue = queue or make_queue()
+    async with ctl.admit():
+        pass
+    queue.put_nowait(1)
+    assert sample(registry, "queue_length", queue="generate") == 1
+    assert sample(registry, "queue_capacity", queue="admission") == 64
+    assert sample(registry, "queue_wait_seconds_count", queue="admission") == 1

@@ -165,3 +165,15 @@ async def test_deadline_from_protect_aborts_and_answers_504() -> None:
     assert reply.status == 504
     assert reply.json()["error"]["code"] == "TIMEOUT"
     assert app.controller is not None and app.controller.in_flight == 0
+
+
+async def test_behind_the_instrumentation_middleware_the_request_id_is_shared() -> None:
+    from aivitals.instrument import AivitalsMiddleware
+
+    registry = CollectorRegistry()
+    slow = Slow()
+    app = AivitalsMiddleware(protected(slow, registry), registry=registry)
+    reply = await call(app, chunks=[b"\x00"], headers=[("x-request-id", "shared-1")])
+    assert reply.status == 422
+    assert reply.json()["request_id"] == "shared-1"
+    assert sample(registry, "input_rejections_total", route="*", reason="INPUT_CONTROL_CHARS") == 1

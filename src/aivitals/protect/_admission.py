@@ -208,7 +208,7 @@ class AdmissionController:
         self._waits: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self.queue_peak = 0
         self._metrics = metrics_for(registry)
-        self._metrics.queue_capacity.labels(queue="admission").set(cfg.queue_size)
+        self._metrics.queue_capacity.labels("admission").set(cfg.queue_size)
         self._publish()
 
     # --- what it exposes ------------------------------------------------------------
@@ -373,10 +373,8 @@ class AdmissionController:
         ticket.queue_wait = now - enqueued
         ticket.started = now
         self._waits.append(ticket.queue_wait)
-        self._metrics.admission_queue_wait.labels(priority=ticket.priority).observe(
-            ticket.queue_wait
-        )
-        self._metrics.queue_wait.labels(queue="admission").observe(ticket.queue_wait)
+        self._metrics.admission_queue_wait.labels(ticket.priority).observe(ticket.queue_wait)
+        self._metrics.queue_wait.labels("admission").observe(ticket.queue_wait)
         self._publish()
 
     def _release(self, ticket: Ticket) -> None:
@@ -480,12 +478,12 @@ class AdmissionController:
         return max(1, min(self.config.max_retry_after, seconds))
 
     def _count_refusal(self, priority: str, refused: AdmissionRefused) -> None:
-        self._metrics.admission_rejections.labels(priority=priority, reason=refused.reason).inc()
+        self._metrics.admission_rejections.labels(priority, refused.reason).inc()
 
     def _publish(self) -> None:
         m = self._metrics
         m.admission_limit.set(self.limit)
         m.admission_in_flight.set(self.in_flight)
         for name, queue in zip(self.config.priorities, self._queues, strict=True):
-            m.admission_queue_length.labels(priority=name).set(len(queue))
-        m.queue_length.labels(queue="admission").set(self._queued)
+            m.admission_queue_length.labels(name).set(len(queue))
+        m.queue_length.labels("admission").set(self._queued)

@@ -192,7 +192,7 @@ class _Run:
         await asyncio.wait({app_task}, timeout=self.owner.abort_grace)
         code = ErrorCode.TIMEOUT if reason == "deadline" else ErrorCode.CLIENT_DISCONNECT
         route = _route_label(self.scope)
-        self.owner._metrics.request_timeouts.labels(route=route, reason=reason).inc()
+        self.owner._metrics.request_timeouts.labels(route, reason).inc()
         elapsed = time.monotonic() - self.begun
         log.warning(
             "request aborted: %s after %.3f s",

@@ -191,9 +191,9 @@ class InputGuard:
 
     async def _refuse(self, send: Send, route: str, request_id: str, refusal: _Refusal) -> None:
         if refusal.code is ErrorCode.TIMEOUT:
-            self._metrics.request_timeouts.labels(route=route, reason="body_read").inc()
+            self._metrics.request_timeouts.labels(route, "body_read").inc()
         else:
-            self._metrics.input_rejections.labels(route=route, reason=refusal.code.value).inc()
+            self._metrics.input_rejections.labels(route, refusal.code.value).inc()
         log.warning(
             "input refused: %s",
             refusal.message,
@@ -204,7 +204,7 @@ class InputGuard:
         )
 
     def _count_disconnect(self, route: str, request_id: str) -> None:
-        self._metrics.request_timeouts.labels(route=route, reason="client_disconnect").inc()
+        self._metrics.request_timeouts.labels(route, "client_disconnect").inc()
         log.info(
             "client left while sending the body",
             extra={"error_code": "CLIENT_DISCONNECT", "request_id": request_id, "route": route},

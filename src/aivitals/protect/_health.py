@@ -263,7 +263,7 @@ class Health:
                 },
             )
         self.results[name] = result
-        self._metrics.health_check_up.labels(check=name).set(1 if result.ok else 0)
+        self._metrics.health_check_up.labels(name).set(1 if result.ok else 0)
 
     async def _watch_lag(self) -> None:
         tick = 0.1
