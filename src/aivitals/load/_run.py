@@ -102,6 +102,14 @@ def _plan(config: LoadConfig, path: str) -> tuple[list[float] | None, list[Reque
     return offsets, specs
 
 
+def _tight_timer_slack() -> None:
+    """Ask Linux to wake this thread's sleeps on time (the default slack is 50 us)."""
+    with contextlib.suppress(Exception):  # not Linux, or no libc: the default is fine
+        import ctypes
+
+        ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK, 1 ns
+
+
 class _Run:
     def __init__(
         self, config: LoadConfig, stop: threading.Event | None, progress: Progress | None
@@ -182,6 +190,7 @@ class _Run:
                 engine.submit(spec, wires[id(spec)], due)
 
         def dispatch() -> None:
+            _tight_timer_slack()
             cycle = itertools.cycle(specs)
             i, n = 0, len(offsets)
             try:
