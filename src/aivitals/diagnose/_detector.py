@@ -70,6 +70,7 @@ class DetectorConfig:
     novelty_alpha: float = 0.002
     novelty_z: float = 4.0
     novelty_short: float = 0.5
+    novelty_log: bool = False
 
     def __post_init__(self) -> None:
         for key in (
@@ -252,6 +253,8 @@ class StreamingDetector:
         once.
         """
         s, cfg = self._s, self.config
+        # log1p tames heavy-tailed series so their ratios are closer to Gaussian
+        ratio = np.log1p(np.clip(ratio, 0.0, 1e6)) if cfg.novelty_log else ratio
         s.rshort = np.where(active, s.rshort + cfg.novelty_short * (ratio - s.rshort), s.rshort)
         zl = (s.rshort - s.rmean) / np.sqrt(s.rvar + 1e-6)
         dev = np.clip(ratio, 0.0, 10.0) - s.rmean

@@ -379,7 +379,7 @@ def _evaluate(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> Finding | N
     conf = _confidence(results) * sig.prior
     if conf < REPORT_FLOOR:
         return None
-    labels = _labels_from(results, events, sig)
+    labels = _labels_from(results)
     held = sorted(
         (r for r in results if r.held and r.role != "contradicting"),
         key=lambda r: r.since if r.since is not None else math.inf,
@@ -521,9 +521,8 @@ def _rank(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=key, reverse=True)
 
 
-def _labels_from(
-    results: Sequence[EvidenceResult], events: Sequence[Event], sig: Signature
-) -> dict[str, str]:
+def _labels_from(results: Sequence[EvidenceResult]) -> dict[str, str]:
+    """Labels to fill runbooks with: from required evidence first, then supporting."""
     labels: dict[str, str] = {}
     for role in ("required", "supporting"):
         for r in results:
@@ -580,16 +579,14 @@ def _fallback(deviations: Sequence[SignalDeviation]) -> list[Finding]:
 
 
 def _shape(ctx: _Ctx, devs: Sequence[SignalDeviation], findings: Sequence[Finding]) -> Shape:
-    by = {d.name: d for d in devs}
-    up = ctx.cache.get("min by (job, instance) (up) < 1") or []
-    if up or (
-        "request_rate" in by
-        and by["request_rate"].direction == "down"
-        and by["request_rate"].latest < 0.2 * max(by["request_rate"].baseline, 1e-9)
-    ):
+    by: dict[str, SignalDeviation] = {}
+    for d in devs:
+        by.setdefault(d.name, d)
+    rate = by.get("request_rate")
+    collapsed = rate is not None and rate.latest < 0.2 * max(rate.baseline, 1e-9)
+    if _target_down(ctx) or collapsed:
         return Shape.UNAVAILABLE
     err = by.get("error_5xx_rate")
-    rate = by.get("request_rate")
     if err and rate and err.latest > 0.5 * max(rate.latest, 1e-9):
         return Shape.UNAVAILABLE
     p99 = by.get("p99_latency")
@@ -603,6 +600,19 @@ def _shape(ctx: _Ctx, devs: Sequence[SignalDeviation], findings: Sequence[Findin
     if any(f.confidence >= HIGH_CONFIDENCE for f in findings):
         return Shape.WIDESPREAD_TIMEOUTS if devs else Shape.INTERMITTENT_SPIKES
     return Shape.HEALTHY
+
+
+def _target_down(ctx: _Ctx) -> bool:
+    """A scrape target whose ``up`` was 0 in the last minute."""
+    if not ctx.present.get("up"):
+        return False
+    recent = ctx.times >= ctx.end - 60.0
+    for s in ctx.fetch("min(up)") or []:
+        vals = s.values[recent]
+        vals = vals[np.isfinite(vals)]
+        if vals.size and vals.min() < 1:
+            return True
+    return False
 
 
 def _episodes(ctx: _Ctx) -> int:

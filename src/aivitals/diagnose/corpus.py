@@ -806,15 +806,23 @@ def samples(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray, np.
     yield "up", job, ts, s.up
 
 
-def to_store(sc: Scenario, store: object | None = None) -> object:
-    """Load a scenario into an embedded ``Store`` (a new one unless given)."""
+def to_store(
+    sc: Scenario, store: object | None = None, *, extra_labels: dict[str, str] | None = None
+) -> object:
+    """Load a scenario into an embedded ``Store`` (a new one unless given).
+
+    ``extra_labels`` (e.g. ``{"instance": "node7"}``) lets several scenarios share a
+    store as replicas of one service.
+    """
     from ..tsdb import Store
 
     st = store if store is not None else Store(retention=max(7200.0, sc.end - sc.start + 600))
     assert isinstance(st, Store)
+    extra = extra_labels or {}
     for name, labels, ts, vals in samples(sc):
+        full = {**labels, **extra}
         for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
-            st.append(name, labels, v, t)
+            st.append(name, full, v, t)
     return st
 
 
