@@ -138,3 +138,12 @@ def test_alerts_says_when_the_agent_is_unreachable(capsys: pytest.CaptureFixture
         main(["alerts", "--agent", f"http://127.0.0.1:{free_port()}"])
     assert exit_.value.code == 1
     assert "BackendError: cannot reach" in capsys.readouterr().err
+
+
+def test_rules_test_without_promtool_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["rules", "test", "--promtool", "/nonexistent/promtool"])
+    assert exit_.value.code == 1
+    assert "ConfigError: promtool not found" in capsys.readouterr().err

@@ -182,9 +182,12 @@ def run_promtool_tests(
     The files refer to ``aivitals-rules.yml`` beside them; both are copied into a
     temporary directory. ``ConfigError`` when promtool is not installed.
     """
-    binary = promtool or shutil.which("promtool")
+    binary = shutil.which(promtool or "promtool")
     if binary is None:
-        raise ConfigError("promtool not found: install the Debian/Ubuntu package 'prometheus'")
+        raise ConfigError(
+            f"promtool not found ({promtool or 'on PATH'}): install the Debian/Ubuntu "
+            "package 'prometheus'"
+        )
     files = list(test_files) if test_files is not None else shipped_test_files()
     with tempfile.TemporaryDirectory(prefix="aivitals-rules-test-") as tmp:
         work = Path(tmp)
