@@ -369,13 +369,14 @@ class Stack:
 
         end = time.time() if end is None else end
         span = window if window is not None else max(60.0, end - self.started_at)
+        start = end - span
         return diagnose(
             self.agent.store,
             end=end,
             window=span,
             step=self.config.tick,
-            alerts=self.engine.history() if self.engine is not None else (),
-            events=self.agent.events() if self.agent is not None else (),
+            alerts=self.engine.history(start=start) if self.engine is not None else (),
+            events=self.agent.events(start=start) if self.agent is not None else (),
         )
 
     def query(self, expr: str) -> list[Any]:

@@ -57,6 +57,6 @@ class ValidateConfig:
         value = getattr(self, key)
         if value is not None:
             return float(value)
-        quick = {"baseline": 5.0, "fault_min": 6.0, "fault_max": 30.0, "recover_max": 25.0}
+        quick = {"baseline": 4.0, "fault_min": 5.0, "fault_max": 25.0, "recover_max": 20.0}
         full = {"baseline": 60.0, "fault_min": 30.0, "fault_max": 120.0, "recover_max": 180.0}
         return (quick if self.quick else full)[key]

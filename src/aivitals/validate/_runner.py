@@ -454,6 +454,9 @@ def _recover(
 ) -> None:
     t_rev = time.time()
     watch = set(fired)
+    # at least one rate window of calm, so the next scenario's baseline starts clean
+    settle = 8.0 * stack.config.tick
+    resolved_at: float | None = None
     phase = LoadPhase(stack.service.url, LoadPlan()).start(
         max_seconds=config.phase("recover_max") + 60
     )
@@ -462,11 +465,15 @@ def _recover(
         while time.time() - t_rev < config.phase("recover_max"):
             time.sleep(1.0)
             still = {a.alertname for a in stack.engine.active()} & watch
-            if not still and (not watch or time.time() - t_rev >= 2.0):
+            if still:
+                resolved_at = None
+            elif resolved_at is None:
+                resolved_at = time.time()
+            if not still and time.time() - t_rev >= settle:
                 break
     finally:
         phase.stop()
-    took = time.time() - t_rev
+    took = (resolved_at or time.time()) - t_rev
     if not watch:
         check = Check("resolved", None, "no expected alert fired, so none to resolve")
     elif still:
