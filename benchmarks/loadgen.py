@@ -20,7 +20,7 @@ send-to-answer on a connection; ours is intended-send-to-answer, which adds our
 dispatch lag: the ratio shows what measuring without coordinated omission costs
 at this rate. A ratio near 1 means both see the same service time. The
 ratio from our actual send times (what wrk measures) is reported beside it.
-Three alternating rounds each; medians.
+Five alternating rounds each; medians.
 
 The machine is shared with other work while this runs: figures are noisy,
 compare the ratio measured in one run rather than absolute numbers.
@@ -51,7 +51,7 @@ SERVER_CORE, CLIENT_CORE = 1, 0
 MATCHED_RATE = 5000.0
 CONNECTIONS = 16
 LADDER = (5000.0, 8000.0, 12000.0, 16000.0)
-ROUNDS = 3
+ROUNDS = 5
 
 _ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 

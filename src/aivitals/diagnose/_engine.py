@@ -285,15 +285,14 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
             names |= _metric_names(e.expr)
     for _, _, expr in VITALS:
         names |= _metric_names(expr)
+    stored = _stored_names(ctx.backend)
     window = f"{int(ctx.end - ctx.start)}s"
     missing: dict[str, list[str]] = {}
     for name in sorted(names):
-        try:
-            res = ctx.backend.query(f"count(last_over_time({name}[{window}]))", ctx.end)
-            ok = bool(res.values())
-        except Exception as exc:
-            ctx.unseen.append(Unseen(name, f"presence query failed: {type(exc).__name__}: {exc}"))
-            ok = False
+        if stored is not None and name not in stored:
+            ok = False  # the embedded store never saw it: no query needed
+        else:
+            ok = _present(ctx, name, window)
         ctx.present[name] = ok
         if not ok:
             spec = signals.family_of(name)
@@ -305,6 +304,22 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
                 "no series in the window (exporter or collector missing?)",
             )
         )
+
+
+def _stored_names(backend: Backend) -> set[str] | None:
+    """The embedded store's metric names (one call), or None for a remote backend."""
+    from ..tsdb import Store
+
+    return set(backend.metric_names()) if isinstance(backend, Store) else None
+
+
+def _present(ctx: _Ctx, name: str, window: str) -> bool:
+    try:
+        res = ctx.backend.query(f"count(last_over_time({name}[{window}]))", ctx.end)
+    except Exception as exc:  # a failing backend is reported, never raised
+        ctx.unseen.append(Unseen(name, f"presence query failed: {type(exc).__name__}: {exc}"))
+        return False
+    return bool(res.values())
 
 
 def _seen(ctx: _Ctx, expr: str) -> bool:

@@ -129,11 +129,26 @@ class CheckResult:
         return out
 
 
-async def _call(fn: Check, timeout: float) -> Any:
-    """Run a sync or async check under ``timeout``; sync ones on a thread (they may hang)."""
+async def _call(fn: Check, timeout: float, done: Callable[[], object]) -> Any:
+    """Run a sync or async check under ``timeout``; call ``done`` when the work really ends.
+
+    A sync check runs on a thread, which a timeout cannot stop: ``done`` waits for the
+    thread, so a hung check is not started again (and does not eat another thread).
+    """
     if inspect.iscoroutinefunction(fn):
-        return await asyncio.wait_for(fn(), timeout)
-    result = await asyncio.wait_for(asyncio.to_thread(fn), timeout)
+        try:
+            return await asyncio.wait_for(fn(), timeout)
+        finally:
+            done()
+    future = asyncio.get_running_loop().run_in_executor(None, fn)
+
+    def finished(f: asyncio.Future[Any]) -> None:
+        if not f.cancelled():
+            f.exception()  # retrieved: a late failure is not "never retrieved"
+        done()
+
+    future.add_done_callback(finished)
+    result = await asyncio.wait_for(asyncio.shield(future), timeout)
     if inspect.isawaitable(result):
         return await asyncio.wait_for(_await(result), timeout)
     return result
@@ -161,7 +176,7 @@ class Health:
         self.results: dict[str, CheckResult] = {}
         self._lags: list[tuple[float, float]] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._probe_running: float | None = None
+        self._running: dict[str, float] = {}
         self._metrics = metrics_for(registry)
 
     # --- schedule ---------------------------------------------------------------------
@@ -213,33 +228,30 @@ class Health:
     async def run_checks(self) -> None:
         """Run the probe and every dependency ping now, concurrently."""
         cfg = self.config
-        jobs: list[Awaitable[object]] = [self._run_probe()] if cfg.probe is not None else []
+        jobs: list[Awaitable[object]] = []
+        if cfg.probe is not None:
+            jobs.append(self._guarded("probe", cfg.probe, cfg.probe_timeout))
         jobs += [
-            self._timed(f"dependency:{name}", ping, cfg.dependency_timeout)
+            self._guarded(f"dependency:{name}", ping, cfg.dependency_timeout)
             for name, ping in cfg.dependencies.items()
         ]
         await asyncio.gather(*jobs)
 
-    async def _run_probe(self) -> None:
-        assert self.config.probe is not None
-        if self._probe_running is not None:
-            # The worker is still stuck in the previous probe: that is the answer.
-            stuck = self.clock() - self._probe_running
-            self._record(
-                "probe",
-                CheckResult(False, f"previous probe still running ({stuck:.1f} s)", self.clock()),
-            )
+    async def _guarded(self, name: str, fn: Check, timeout: float) -> None:
+        started = self._running.get(name)
+        if started is not None:
+            # Still stuck in the previous run (a hung worker): that is the answer.
+            stuck = self.clock() - started
+            detail = f"previous run still going ({stuck:.1f} s)"
+            self._record(name, CheckResult(False, detail, self.clock()))
             return
-        self._probe_running = self.clock()
-        try:
-            await self._timed("probe", self.config.probe, self.config.probe_timeout)
-        finally:
-            self._probe_running = None
+        self._running[name] = self.clock()
+        await self._timed(name, fn, timeout)
 
     async def _timed(self, name: str, fn: Check, timeout: float) -> CheckResult:
         began = self.clock()
         try:
-            value = await _call(fn, timeout)
+            value = await _call(fn, timeout, lambda: self._running.pop(name, None))
         except TimeoutError:
             result = CheckResult(False, f"no answer within {timeout:g} s", self.clock(), timeout)
         except Exception as exc:
@@ -324,13 +336,11 @@ class Health:
         if result.ok and now - result.at > max_age:
             body["ok"] = False
             body["detail"] = f"last success {now - result.at:.1f} s ago, over {max_age:g} s"
-        if self._probe_running is not None and name == "probe":
-            running = now - self._probe_running
-            if running > self.config.probe_timeout:
-                body["ok"] = False
-                body["detail"] = (
-                    f"probe running for {running:.1f} s, over {self.config.probe_timeout:g} s"
-                )
+        started = self._running.get(name)
+        if started is not None and now - started > self.config.probe_timeout:
+            limit = self.config.probe_timeout
+            body["ok"] = False
+            body["detail"] = f"running for {now - started:.1f} s, over {limit:g} s"
         return body
 
     def _model_loaded(self) -> dict[str, Any]:

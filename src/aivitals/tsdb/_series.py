@@ -43,6 +43,33 @@ def label_key(labels: dict[str, str] | tuple[tuple[str, str], ...]) -> Labels:
     return tuple(sorted((k, v) for k, v in items if v != ""))
 
 
+def seek(ts: array[int], t: int, start: int, *, right: bool = False) -> int:
+    """``bisect_left`` (or ``bisect_right``) of ``t`` in ``ts[start:]``, usually in O(1).
+
+    Scrapes are nearly regular, so the position is first guessed by
+    interpolation and then corrected by a few steps; irregular series fall
+    back to bisection around the guess.
+    """
+    n = len(ts)
+    if n <= start:
+        return start
+    first, last = ts[start], ts[n - 1]
+    if t < first or (t == first and not right):
+        return start
+    if t > last or (t == last and right):
+        return n
+    i = start + (t - first) * (n - 1 - start) // max(last - first, 1)
+    for _ in range(4):
+        # the answer is the first i with ts[i] > t (right) or ts[i] >= t (left)
+        if i > start and (ts[i - 1] > t if right else ts[i - 1] >= t):
+            i -= 1
+        elif i < n and (ts[i] <= t if right else ts[i] < t):
+            i += 1
+        else:
+            return i
+    return bisect_right(ts, t, start) if right else bisect_left(ts, t, start)
+
+
 class Series:
     """The samples of one series, oldest first, in two parallel arrays."""
 

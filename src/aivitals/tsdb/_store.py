@@ -11,7 +11,6 @@ import math
 import re
 import threading
 import time
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy.typing as npt
 
 from ..errors import CardinalityLimitError, ConfigError, SampleRejected
 from ._exposition import EntryRow, ExpositionParser, Row
-from ._series import STALE_NAN, Labels, Series, is_stale, label_key
+from ._series import STALE_NAN, Labels, Series, is_stale, label_key, seek
 from ._types import QueryResult
 
 if TYPE_CHECKING:
@@ -361,8 +360,8 @@ class Store:
         spans: list[tuple[Series, int, int]] = []
         with self._lock:
             for s in sorted(self._select(matchers), key=_by_id):
-                lo = bisect_left(s.ts, mint, s.start)
-                hi = bisect_right(s.ts, maxt, lo)
+                lo = seek(s.ts, mint, s.start)
+                hi = seek(s.ts, maxt, lo, right=True)
                 if hi > lo:
                     labels.append(s.labels)
                     spans.append((s, lo, hi))
@@ -399,7 +398,7 @@ class Store:
                     continue
                 for t in times:
                     # The newest sample is usually the one wanted: skip the bisection.
-                    i = last if ts[last] <= t else bisect_right(ts, t, start) - 1
+                    i = last if ts[last] <= t else seek(ts, t, start, right=True) - 1
                     if i >= start and ts[i] >= t - lookback:
                         v = vals[i]
                         if v == v or not is_stale(v):
