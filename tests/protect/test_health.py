@@ -260,3 +260,41 @@ async def test_lifespan_starts_and_stops_the_schedule() -> None:
 def test_bad_health_config_names_the_key(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         HealthConfig(**kwargs)
+
+
+async def test_a_hung_sync_probe_is_not_started_again_and_ready_returns_after() -> None:
+    stuck = threading.Event()
+    stuck.set()
+    unblock = threading.Event()
+    calls: list[float] = []
+
+    def probe() -> str:  # a sync model call on a thread
+        calls.append(time.monotonic())
+        if not stuck.is_set():
+            unblock.wait(5)
+        return "ok"
+
+    period = 0.15
+    health = Health(
+        HealthConfig(probe=probe, probe_interval=period, probe_timeout=0.05),
+        registry=CollectorRegistry(),
+    )
+    app = HealthMiddleware(not_found, health)
+    try:
+        await wait_for_status(app, "/readyz", 200, 2.0)
+        stuck.clear()
+        hung_at = time.monotonic()
+        await wait_for_status(app, "/readyz", 503, 4 * period)
+        assert time.monotonic() - hung_at <= 2 * period
+        before = len(calls)
+        await asyncio.sleep(4 * period)
+        assert len(calls) == before  # the hung thread is waited for, not joined by more
+        body = (await get(app, "/readyz"))[1]
+        detail = body["checks"]["probe"]["detail"]
+        assert "running for" in detail or "still going" in detail, detail
+        stuck.set()
+        unblock.set()
+        await wait_for_status(app, "/readyz", 200, 4 * period)
+    finally:
+        unblock.set()
+        await health.stop()
