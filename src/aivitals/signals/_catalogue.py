@@ -656,7 +656,7 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "notifications",
         SERVICE,
         ("receiver", "result"),
-        "Notifications sent, by result (sent, retried, dropped).",
+        "Notifications by result (sent, retried, failed, dropped).",
     ),
 )
 
