@@ -135,3 +135,15 @@ def test_cli_list_and_bad_input(capsys: pytest.CaptureFixture[str], chaos_root: 
             main(argv)
         assert exc.value.code == 1
         assert err in capsys.readouterr().err
+
+
+def test_run_for_starts_waits_and_reverts(runner_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    with runner_factory(FaultContext(sim_gpu_dir=tmp_path / "sim")) as runner:
+        t0 = time.monotonic()
+        ticks: list[float] = []
+        done = runner.run_for(["gpu_xid"], duration=1.0, on_tick=ticks.append)
+        assert 1.0 <= time.monotonic() - t0 < 5
+        assert [a.name for a in done] == ["gpu_xid"] and done[0].stopped_at is not None
+        assert ticks and runner.run.journal.pending() == []

@@ -215,3 +215,15 @@ def test_cli_refuses_a_remote_target(capsys: pytest.CaptureFixture[str]) -> None
         main(["load", "http://192.0.2.1/", "--rate", "1", "--duration", "1s", "--no-progress"])
     assert exc.value.code == 1
     assert "FaultRefused:" in capsys.readouterr().err
+
+
+def test_cli_with_the_progress_bar() -> None:
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    with tiny_server() as srv:
+        res = CliRunner().invoke(cli, ["load", srv.url + "/", "--concurrency", "2",
+                                       "--duration", "0.5s"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Median E2EL (ms)" in res.output
