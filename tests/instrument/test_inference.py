@@ -15,6 +15,7 @@ from aivitals.errors import ConfigError
 from aivitals.instrument import (
     REQUEST_ID,
     InferenceAborted,
+    InferenceCall,
     abort_request,
     active_requests,
     count_tokens,
@@ -290,3 +291,76 @@ def test_cuda_device_without_gpu_falls_back_to_wall_time() -> None:
         )
         == 1
     )
+
+
+class _FakeEvent:
+    """A CUDA event whose GPU clock the test controls (no GPU needed)."""
+
+    clock = 0.0  # seconds of GPU work "done" so far, shared by all events
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.at: float | None = None
+        self.polls = 0
+
+    def record(self, stream: object = None) -> None:
+        _FakeEvent.clock += 0.25  # each block below enqueues 250 ms of kernels
+        self.at = _FakeEvent.clock
+
+    def query(self) -> bool:
+        self.polls += 1
+        return self.polls >= 3  # done on the third poll
+
+    def synchronize(self) -> None:
+        time.sleep(0.01)
+
+    def elapsed_time(self, other: _FakeEvent) -> float:
+        assert self.at is not None and other.at is not None
+        return (other.at - self.at) * 1000.0  # milliseconds, as torch answers
+
+
+def _fake_torch() -> Any:
+    import types
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True, current_stream=lambda index: f"stream{index}", Event=_FakeEvent
+    )
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def test_cuda_path_takes_gpu_time_from_events_and_measures_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    reg = CollectorRegistry()
+    with inference(model="m", version="v1.0.0", device="cuda:1", registry=reg) as call:
+        pass  # the host returns at once; the "GPU" took 250 ms between the events
+    assert call.inference_time == pytest.approx(0.25)
+    assert call.stream_wait_time is not None and call.stream_wait_time >= 0.01
+    assert call.wall_time is not None and call.wall_time < 0.25
+    labels = {"model": "m", "model_version": "v1.0.0", "device": "1"}
+    assert _value(reg, "model_inference_time_seconds_sum", **labels) == pytest.approx(0.25)
+    assert _value(reg, "cuda_stream_wait_time_seconds_count", **labels) == 1
+
+    async def run() -> InferenceCall:
+        async with inference(model="m", version="v1.0.0", device="cuda:1", registry=reg) as c:
+            pass
+        return c
+
+    async_call = asyncio.run(run())
+    assert async_call.inference_time == pytest.approx(0.25)  # waited by polling, not blocking
+    assert _value(reg, "model_inference_time_seconds_count", **labels) == 2
+
+
+def test_decorator_input_position_and_output_mapping() -> None:
+    reg = CollectorRegistry()
+
+    class Model:
+        @timed_inference(
+            model="m", version="v1", inputs=1, outputs=lambda r: r["ids"], registry=reg
+        )
+        def generate(self, ids: list[int]) -> dict[str, list[int]]:
+            return {"ids": ids[:2]}
+
+    assert Model().generate([5, 6, 7]) == {"ids": [5, 6]}
+    assert _value(reg, "model_input_tokens_sum", model="m") == 3
+    assert _value(reg, "model_output_tokens_sum", model="m") == 2
