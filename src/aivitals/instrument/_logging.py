@@ -205,7 +205,8 @@ class JsonFormatter(logging.Formatter):
             template = self._template(key)
             if template is None:
                 return self._line_via_dict(name, event, ctx, fields)
-        values = [_scalar(v) for v in ctx]
+        # most context fields are null outside a model call: skip the call for those
+        values = ["null" if v is None else _scalar(v) for v in ctx]
         values += [_scalar(v) for v in fields.values()]
         return template % (self._timestamp(time.time()), *values)
 
