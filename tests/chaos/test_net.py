@@ -13,6 +13,12 @@ from tests.chaos.conftest import assert_clean, netns_names, require_root, requir
 from tests.load._server import tiny_server
 
 
+def _retransmits() -> int:
+    lines = Path("/proc/net/snmp").read_text().splitlines()
+    tcp = [line.split() for line in lines if line.startswith("Tcp:")]
+    return int(tcp[1][tcp[0].index("RetransSegs")])
+
+
 @pytest.fixture(autouse=True)
 def _needs_netns() -> None:
     require_root()
@@ -37,6 +43,7 @@ def test_network_loss_drops_in_the_runs_own_namespace(runner_factory, chaos_root
         assert f"aivitals_{runner.run.run_id[-6:]}" not in host
         # Traffic through the returned address crosses the lossy path and still arrives
         # (TCP retransmits), slower at the tail than on loopback.
+        retrans_before = _retransmits()
         rep = run_load(
             LoadConfig(
                 url=active.client_url + "/",
@@ -47,6 +54,9 @@ def test_network_loss_drops_in_the_runs_own_namespace(runner_factory, chaos_root
             )
         )
         assert rep.completed > 15
+        # The client's sockets live in the host namespace: the host's TCP counters
+        # (what the host collector reads) see the retransmissions.
+        assert _retransmits() > retrans_before
         assert rep.e2e.max_ms > 150  # at least one retransmission timeout (>= 200 ms)
         runner.stop(active)
         assert ns not in netns_names()
