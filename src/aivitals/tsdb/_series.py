@@ -58,7 +58,8 @@ def seek(ts: array[int], t: int, start: int, *, right: bool = False) -> int:
         return start
     if t > last or (t == last and right):
         return n
-    i = start + (t - first) * (n - 1 - start) // max(last - first, 1)
+    span = last - first
+    i = start + (t - first) * (n - 1 - start) // (span if span > 0 else 1)
     for _ in range(4):
         # the answer is the first i with ts[i] > t (right) or ts[i] >= t (left)
         if i > start and (ts[i - 1] > t if right else ts[i - 1] >= t):

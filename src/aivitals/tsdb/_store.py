@@ -11,6 +11,7 @@ import math
 import re
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,22 +358,23 @@ class Store:
         Series without samples in the window are left out.
         """
         labels: list[Labels] = []
-        spans: list[tuple[Series, int, int]] = []
+        t_parts: list[array[int]] = []
+        v_parts: list[array[float]] = []
+        counts: list[int] = []
         with self._lock:
             for s in sorted(self._select(matchers), key=_by_id):
-                lo = seek(s.ts, mint, s.start)
-                hi = seek(s.ts, maxt, lo, right=True)
+                ts = s.ts
+                lo = seek(ts, mint, s.start)
+                hi = len(ts) if ts and ts[-1] <= maxt else seek(ts, maxt, lo, right=True)
                 if hi > lo:
                     labels.append(s.labels)
-                    spans.append((s, lo, hi))
-            off = np.zeros(len(spans) + 1, dtype=np.int64)
-            np.cumsum([hi - lo for _, lo, hi in spans], out=off[1:])
-            t = np.empty(int(off[-1]), dtype=np.int64)
-            v = np.empty(int(off[-1]), dtype=np.float64)
-            # One copy straight from the arrays; the buffer views die before the lock is left.
-            for (s, lo, hi), a, b in zip(spans, off[:-1].tolist(), off[1:].tolist(), strict=True):
-                t[a:b] = np.frombuffer(s.ts, dtype=np.int64, count=hi - lo, offset=lo * 8)
-                v[a:b] = np.frombuffer(s.vals, dtype=np.float64, count=hi - lo, offset=lo * 8)
+                    t_parts.append(ts[lo:hi])  # array slices: C copies, no Python per sample
+                    v_parts.append(s.vals[lo:hi])
+                    counts.append(hi - lo)
+        t = np.frombuffer(b"".join(t_parts), dtype=np.int64)
+        v = np.frombuffer(b"".join(v_parts), dtype=np.float64)
+        off = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
         return labels, t, v, off
 
     def latest(
