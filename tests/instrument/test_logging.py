@@ -197,3 +197,29 @@ def test_direct_lines_equal_the_record_path() -> None:
     assert lines[1]["prompt"] == "<redacted 6 chars>"
     assert lines[2]["error_code"] == "TIMEOUT"
     assert raw[0].split(", ", 1)[1] == raw[3].split(", ", 1)[1]  # byte for byte after ts
+
+
+def test_executor_submissions_log_enqueued_with_the_waiting_count() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aivitals.instrument import REQUEST_ID, InstrumentedExecutor
+
+    stream = io.StringIO()
+    reg = CollectorRegistry()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(1), name="gen", registry=reg)
+    gate = threading.Event()
+    token = REQUEST_ID.set("rid-pool")
+    try:
+        with configure_logging(stream, registry=reg):
+            first = pool.submit(gate.wait, 5)
+            second = pool.submit(gate.wait, 5)
+            gate.set()
+            first.result(5)
+            second.result(5)
+    finally:
+        REQUEST_ID.reset(token)
+        pool.shutdown()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], x["queue"]) for x in lines] == [("enqueued", "pool:gen")] * 2
+    assert lines[1]["queue_length"] >= lines[0]["queue_length"]
+    assert all(x["request_id"] == "rid-pool" for x in lines)

@@ -418,3 +418,20 @@ async def test_instrumenting_twice_counts_once() -> None:
         await client.get("/v1/items/1")
     get = {"method": "GET", "route": "/v1/items/{item_id}", "status_class": "2xx", "status": "200"}
     assert _value(reg, "http_request_duration_seconds_count", **get) == 1
+
+
+@pytest.mark.anyio
+async def test_metrics_app_speaks_openmetrics_when_asked() -> None:
+    from aivitals.instrument import metrics_app
+
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+    async with await _client(app) as client:
+        await client.get("/v1/items/1")
+    async with await _client(metrics_app(registry=reg)) as client:
+        r = await client.get("/", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        head = await client.head("/")
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    assert r.text.endswith("# EOF\n")
+    assert "http_request_duration_seconds_bucket" in r.text
+    assert head.status_code == 200 and head.content == b""

@@ -156,6 +156,8 @@ class InstrumentedExecutor(concurrent.futures.Executor):
                 )
             self._outstanding += 1
             self._publish()
+            waiting = self.waiting
+        log_event("enqueued", {"queue": f"pool:{self.name}", "queue_length": waiting})
         submitted = time.perf_counter()
         try:
             if self._threads:
