@@ -63,12 +63,32 @@ def test_cache_stampede_flushes_every_key(runner_factory, chaos_root: Path) -> N
             redis_command(redis.port, "SET", f"k{i}", "v", "EX", "3600")
         with runner_factory(FaultContext(redis_port=redis.port)) as runner:
             active = runner.start("cache_stampede", duration=30, interval=0.5)
-            assert active.effect.details["flushes"][0] == 50
+            assert active.effect.details["keys"][0] == 50
             assert redis_command(redis.port, "DBSIZE") == b":0\r\n"
             redis_command(redis.port, "SET", "again", "v")
             import time
 
             time.sleep(1.2)
             assert redis_command(redis.port, "DBSIZE") == b":0\r\n"  # flushed again
+            run_id = runner.run.run_id
+    assert_clean(run_id, chaos_root)
+
+
+def test_cache_stampede_can_expire_every_key_together(runner_factory, chaos_root: Path) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    with redis_server() as redis:
+        for i in range(2500):  # more than one SCAN page
+            redis_command(redis.port, "SET", f"k{i}", "v", "EX", "3600")
+        with runner_factory(FaultContext(redis_port=redis.port)) as runner:
+            active = runner.start("cache_stampede", duration=30, method=1, ttl_ms=300,
+                                  interval=60)  # fmt: skip
+            assert active.effect.details["keys"][0] == 2500
+            ttl = int(redis_command(redis.port, "PTTL", "k7")[1:].strip())
+            assert 0 < ttl <= 300
+            time.sleep(0.5)
+            # Expired keys are gone for readers at once (Redis evicts them lazily).
+            keys = [f"k{i}" for i in range(0, 2500, 10)]
+            assert redis_command(redis.port, "EXISTS", *keys) == b":0\r\n"
             run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -97,29 +98,74 @@ class RedisDown(Fault):
         return FaultEffect(client_url=ctx.target, details={"method": "kill", "argv": argv})
 
 
+def _read_reply(f: Any) -> Any:
+    """One RESP reply from a buffered socket file."""
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"-":
+        raise FaultError(f"redis: {rest.decode(errors='replace')}")
+    if kind in (b"+", b":"):
+        return int(rest) if kind == b":" else rest.decode()
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_reply(f) for _ in range(n)]
+    raise FaultError(f"redis: unexpected reply {line[:50]!r}")
+
+
+def _encode(*args: str | bytes) -> bytes:
+    parts = [a if isinstance(a, bytes) else a.encode() for a in args]
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
+
+def expire_all(port: int, ttl_ms: int, *, max_keys: int = 1_000_000) -> int:
+    """Give every key the same TTL so they all expire together; returns how many."""
+    done = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        f = sock.makefile("rb")
+        cursor = b"0"
+        while done < max_keys:
+            sock.sendall(_encode("SCAN", cursor, "COUNT", "1000"))
+            cursor, keys = _read_reply(f)
+            if keys:
+                sock.sendall(b"".join(_encode("PEXPIRE", k, str(ttl_ms)) for k in keys))
+                done += sum(_read_reply(f) for _ in keys)
+            if cursor == b"0":
+                break
+    return done
+
+
 class CacheStampede(Fault):
-    """Every key of the service's Redis expires at once (``FLUSHALL``), again
-    every ``interval`` seconds while the load goes on."""
+    """Every key of the service's Redis expires at the same moment, again every
+    ``interval`` seconds while the load goes on.
+
+    ``method`` 0 (default): ``FLUSHALL``. ``method`` 1: every key gets the same
+    ``ttl_ms`` (what a batch refresh without TTL jitter does), so they expire
+    together a moment later.
+    """
 
     name = "cache_stampede"
-    params = {"interval": (5, 0.5, 3600)}
+    params = {"interval": (5, 0.5, 3600), "method": (0, 0, 1), "ttl_ms": (500, 1, 3_600_000)}
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         port = int(ctx.require("redis_port"))
-        flushed = [self._flush(port)]
+        hits = [self._once(port)]
 
         def loop() -> None:
             while not self._stopped.wait(self.values["interval"]):
                 try:
-                    flushed.append(self._flush(port))
-                except OSError:
+                    hits.append(self._once(port))
+                except (OSError, FaultError):
                     continue
 
         threading.Thread(target=loop, name="aivitals-stampede", daemon=True).start()
-        return FaultEffect(client_url=ctx.target, details={"flushes": flushed})
+        return FaultEffect(client_url=ctx.target, details={"keys": hits})
 
-    @staticmethod
-    def _flush(port: int) -> int:
+    def _once(self, port: int) -> int:
+        if self.values["method"] == 1:
+            return expire_all(port, int(self.values["ttl_ms"]))
         keys = redis_command(port, "DBSIZE")
         reply = redis_command(port, "FLUSHALL")
         if not reply.startswith(b"+OK"):
