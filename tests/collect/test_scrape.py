@@ -54,6 +54,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._body(b"metric_a 1\nmetric_b{x=", length=1000)
         elif path == "/status500":
             self._body(b"boom", status=500)
+        elif path == "/trickle":
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for i in range(40):  # a line every 0.2 s: 8 s in all
+                    self.wfile.write(b"slow_metric %d\n" % i)
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass
+            self.close_connection = True
         elif path == "/hang":
             time.sleep(5)  # never answers within the scrape timeout
         elif path == "/huge-declared":
@@ -155,6 +166,15 @@ def test_target_that_never_answers_times_out() -> None:
         result = Scraper(base + "/hang", timeout=0.5).fetch()
         assert time.monotonic() - start < 3
     assert result.reason == "timeout"
+
+
+def test_trickling_target_cannot_stretch_the_timeout() -> None:
+    with server() as base:
+        start = time.monotonic()
+        result = Scraper(base + "/trickle", timeout=1.0).fetch()
+        took = time.monotonic() - start
+    assert result.reason == "timeout"
+    assert took < 1.5, took
 
 
 def test_refused() -> None:

@@ -11,6 +11,7 @@ reading anything), and the whole fetch is bounded by ``timeout``.
 from __future__ import annotations
 
 import http.client
+import socket
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -110,13 +111,15 @@ class Scraper:
         conn = self._connection(max(0.01, deadline - time.monotonic()))
         try:
             conn.request("GET", path, headers={"Accept": _ACCEPT, "Accept-Encoding": "identity"})
+            sock = conn.sock  # kept: getresponse() may drop it from the connection
+            conn.sock.settimeout(max(0.01, deadline - time.monotonic()))
             resp = conn.getresponse()
             if resp.status != 200:
                 raise _Failed("http_status")
             declared = resp.getheader("Content-Length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
                 raise _Failed("too_large")
-            return self._read_capped(resp, deadline)
+            return self._read_capped(resp, sock, deadline)
         except _Failed:
             raise
         except TimeoutError:
@@ -128,12 +131,16 @@ class Scraper:
         finally:
             conn.close()  # also abandons an oversize body unread
 
-    def _read_capped(self, resp: http.client.HTTPResponse, deadline: float) -> bytes:
+    def _read_capped(
+        self, resp: http.client.HTTPResponse, sock: socket.socket, deadline: float
+    ) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise _Failed("timeout", size)
+            sock.settimeout(left)  # a trickling server cannot stretch the deadline
             chunk = resp.read1(_CHUNK)
             if not chunk:
                 break
