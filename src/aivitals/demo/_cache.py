@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
@@ -21,6 +22,8 @@ from prometheus_client import CollectorRegistry, Counter
 from .. import signals
 
 __all__ = ["MemoryCache", "RedisCache", "ResponseCache", "cache_key", "make_cache"]
+
+log = logging.getLogger("aivitals.demo.cache")
 
 
 class _Backend(Protocol):
@@ -163,6 +166,13 @@ class ResponseCache:
     def _record_error(self, exc: Exception) -> None:
         self._error.inc()
         self.last_error = f"{type(exc).__name__}: {exc}"
+        # the request goes on without the cache; the log line says which dependency failed
+        log.warning(
+            "cache %s unavailable: %s",
+            self.backend.name,
+            type(exc).__name__,
+            extra={"error_code": "DEPENDENCY_DOWN", "dependency": self.backend.name},
+        )
 
 
 def make_cache(

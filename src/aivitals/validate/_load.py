@@ -17,7 +17,7 @@ class LoadPlan:
     embeddings_rate: float = 2.0
     max_tokens: int = 12
     prompt_tokens: int = 24
-    impatient_rate: float = 3.0
+    impatient_rate: float = 2.0
 
 
 @dataclass
@@ -54,7 +54,7 @@ class LoadPhase:
                 max_tokens=p.max_tokens,
                 prompt_tokens=p.prompt_tokens,
                 allow_hosts=self.allow_hosts,
-                timeout=30.0,
+                timeout=10.0,
                 input_pool=0,
             ),
             "embeddings": LoadConfig(
@@ -63,16 +63,16 @@ class LoadPhase:
                 duration=max_seconds,
                 input_pool=16,
                 allow_hosts=self.allow_hosts,
-                timeout=30.0,
+                timeout=10.0,
             ),
         }
         if self.impatient:
-            spec = completions_request(make_prompt(32), 200, stream=False)
+            spec = completions_request(make_prompt(32), 256, stream=False)
             spec = type(spec)(
                 spec.method,
                 spec.path,
                 spec.body,
-                (*spec.headers, ("X-Request-Timeout", "0.5")),
+                (*spec.headers, ("X-Request-Timeout", "1.5")),
                 stream=False,
                 prompt_tokens=spec.prompt_tokens,
                 expects_json=True,
@@ -83,7 +83,7 @@ class LoadPhase:
                 duration=max_seconds,
                 requests=(spec,),
                 allow_hosts=self.allow_hosts,
-                timeout=30.0,
+                timeout=10.0,
             )
         for name, cfg in configs.items():
             t = threading.Thread(target=self._run, args=(name, cfg), daemon=True, name=name)

@@ -27,7 +27,7 @@ class Scenario:
     error_codes: tuple[str, ...] = ()
     #: what the host needs; returns why not, or None
     needs: Callable[[], str | None] = lambda: None
-    #: while the fault runs, a client that gives up after 0.5 s on long generations
+    #: while the fault runs, a client that gives up after 1.5 s on long generations
     impatient_client: bool = False
     #: a longer fault phase in --quick runs, for faults that need time to build up
     quick_fault_max: float | None = None
@@ -86,7 +86,7 @@ _LIST: tuple[Scenario, ...] = (
     Scenario("disk_io_saturation", quick_params={"size_mib": 1024, "jobs": 4}),
     Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 20}, needs=_root_net),
     Scenario("network_latency", quick_params={"delay_ms": 300}, needs=_root_net),
-    Scenario("redis_down", error_codes=(), needs=_redis),
+    Scenario("redis_down", error_codes=("DEPENDENCY_DOWN",), needs=_redis),
     Scenario("traffic_surge", params={"factor": 10}, quick_params={"factor": 20}),
     Scenario("cold_start"),
     Scenario("timeouts_not_aborting", error_codes=("TIMEOUT",), impatient_client=True),
