@@ -51,6 +51,28 @@ LEVEL_SECONDS = 12.0
 WARMUP_SECONDS = 2.0  # arrivals in the first seconds of a level are not scored
 
 
+@dataclass(frozen=True)
+class Target:
+    """What the load is aimed at: the simulated model, or the demo service (``--demo``)."""
+
+    name: str
+    path: str
+    level_seconds: float
+    calibration_clients: int
+
+
+SIM = Target("sim", "/generate", LEVEL_SECONDS, 2 * PARALLEL)
+DEMO = Target("demo", "/v1/embeddings", 10.0, 4)
+TARGET = SIM
+_SEQ = itertools.count()
+
+
+def request_body() -> bytes:
+    if TARGET is DEMO:  # a new text each time: the demo caches embeddings
+        return json.dumps({"input": f"request {next(_SEQ)} about the weather"}).encode()
+    return b'{"prompt": "hello"}'
+
+
 # --- the server side ---------------------------------------------------------------------
 
 
@@ -136,24 +158,16 @@ def build_app(protected: bool) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] == "/stats":  # peaks since the last call, then reset
-            ctl = state["controller"]
-            stats = {
-                "jobs_peak": model.peak,
-                "queue_peak": ctl.queue_peak if ctl else None,
-                "limit": ctl.limit if ctl else None,
-            }
-            model.peak = model.active
-            if ctl is not None:
-                ctl.queue_peak = ctl.queue_length
-            await send_json(send, 200, stats)
-            return
         await receive()
         await model.run(BASE * rng.uniform(0.5, 1.5))
         await send_json(send, 200, {"ok": True})
 
+    def stats() -> dict[str, Any]:
+        jobs_peak, model.peak = model.peak, model.active
+        return {"jobs_peak": jobs_peak, **peaks(state["controller"])}
+
     if not protected:
-        return timed(app)
+        return timed(app, stats)
     from aivitals.protect import AdmissionConfig, GuardConfig, HealthConfig, protect
 
     wrapped = protect(
@@ -164,10 +178,31 @@ def build_app(protected: bool) -> Any:
         registry=None,
     )
     state["controller"] = wrapped.controller
-    return timed(wrapped)
+    return timed(wrapped, stats)
 
 
-def timed(app: Any) -> Any:
+def peaks(ctl: Any) -> dict[str, Any]:
+    """The admission queue's peak since the last call (then reset) and its limit now."""
+    if ctl is None:
+        return {"queue_peak": None, "limit": None}
+    queue_peak, ctl.queue_peak = ctl.queue_peak, ctl.queue_length
+    return {"queue_peak": queue_peak, "limit": ctl.limit}
+
+
+def build_demo_app(protected: bool) -> Any:
+    """The demo service (real MiniLM embeddings on CPU): with its protect() stack, or bare."""
+    from aivitals.demo import DemoConfig, create_app
+
+    demo = create_app(DemoConfig())
+    controller = demo.protected.controller
+
+    def stats() -> dict[str, Any]:
+        return {"jobs_peak": 0, **peaks(controller if protected else None)}
+
+    return timed(demo if protected else demo.fastapi, stats)
+
+
+def timed(app: Any, stats: Any) -> Any:
     """Outermost: tell the client how long the request spent in the ASGI app.
 
     On a shared machine the client can be starved of CPU for seconds; this is the
@@ -177,6 +212,12 @@ def timed(app: Any) -> Any:
 
     async def wrapper(scope: dict[str, Any], receive: Any, send: Any) -> None:
         began = time.monotonic()
+        if scope["type"] == "http" and scope["path"] == "/stats":
+            body = json.dumps(stats()).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
 
         async def send_timed(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -192,7 +233,7 @@ def timed(app: Any) -> Any:
     return wrapper
 
 
-def serve(port: int, protected: bool) -> None:
+def serve(port: int, protected: bool, target: str) -> None:
     import logging
 
     import uvicorn
@@ -200,13 +241,14 @@ def serve(port: int, protected: bool) -> None:
     # Each abort is logged as a warning; thousands of them would only slow the run.
     logging.getLogger("aivitals").setLevel(logging.ERROR)
 
+    app = build_demo_app(protected) if target == "demo" else build_app(protected)
     config = uvicorn.Config(
-        build_app(protected),
+        app,
         host="127.0.0.1",
         port=port,
         log_level="error",
         access_log=False,
-        lifespan="off",
+        lifespan="on" if target == "demo" else "off",
         backlog=4096,
     )
     uvicorn.Server(config).run()
@@ -226,21 +268,35 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-        command = [sys.executable, __file__, "--serve", str(self.port)]
+        command = [sys.executable, __file__, "--serve", str(self.port), "--target", TARGET.name]
         if protected:
             command.append("--protected")
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + (180 if TARGET is DEMO else 30)
         while time.monotonic() < deadline:
             try:
-                httpx.get(self.url + "/stats", timeout=1)
-                break
+                if self.ready():
+                    break
             except httpx.TransportError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.2)
         else:
             self.stop()
             raise RuntimeError("server did not start")
         self.ps = psutil.Process(self.proc.pid)
+
+    def ready(self) -> bool:
+        """Serving: /stats answers and (the demo: models loaded) the target path gives 200."""
+        httpx.get(self.url + "/stats", timeout=1)
+        if TARGET is SIM:
+            return True
+        answer = httpx.post(
+            self.url + TARGET.path,
+            content=request_body(),
+            timeout=30,
+            headers={"content-type": "application/json"},
+        )
+        return answer.status_code == 200
 
     def rss_mb(self) -> float:
         return float(self.ps.memory_info().rss) / 2**20
@@ -345,8 +401,8 @@ async def one(client: RawClient, deadline: float) -> Outcome:
     began = time.monotonic()
     try:
         status, headers = await client.post(
-            "/generate",
-            b'{"prompt": "hello"}',
+            TARGET.path,
+            request_body(),
             {"content-type": "application/json", "x-request-timeout": f"{deadline:.3f}"},
             timeout=deadline + 1.0,
         )
@@ -420,7 +476,7 @@ def run_level(
     async def drive() -> list[Outcome]:
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_rss(server, rss, stop))
-        outcomes = await open_loop(server.port, load * capacity, LEVEL_SECONDS, deadline)
+        outcomes = await open_loop(server.port, load * capacity, TARGET.level_seconds, deadline)
         stop.set()
         await sampler
         return outcomes
@@ -430,7 +486,8 @@ def run_level(
     t0 = min(o.sent_at for o in outcomes)
     scored = [o for o in outcomes if o.sent_at - t0 >= WARMUP_SECONDS]
     # The window actually used: a starved client may send late, never faster.
-    span = max(LEVEL_SECONDS - WARMUP_SECONDS, max(o.sent_at for o in scored) - t0 - WARMUP_SECONDS)
+    seconds = TARGET.level_seconds
+    span = max(seconds - WARMUP_SECONDS, max(o.sent_at for o in scored) - t0 - WARMUP_SECONDS)
     level = Level("admission" if protected else "bare", load, round(load * capacity, 1))
     level.sent = len(scored)
     admitted = [o for o in scored if o.status != 429]
@@ -528,11 +585,11 @@ def refusal_cost_us(batches: int = 5, per_batch: int = 4000) -> float:
 
 
 def calibrate() -> tuple[float, float]:
-    """Capacity (req/s, closed loop at 2x PARALLEL) and unloaded p99 (one client), bare."""
+    """Capacity (req/s, closed loop) and unloaded p99 (one client), on the bare server."""
     server = Server(protected=False)
     try:
         alone = asyncio.run(closed_loop(server.port, 1, 4.0))
-        busy = asyncio.run(closed_loop(server.port, 2 * PARALLEL, 5.0))
+        busy = asyncio.run(closed_loop(server.port, TARGET.calibration_clients, 5.0))
     finally:
         server.stop()
     unloaded_p99 = pct([in_service(o) for o in alone if o.status == 200], 0.99) or BASE
@@ -542,9 +599,10 @@ def calibrate() -> tuple[float, float]:
 
 def run_mode(protected: bool, capacity: float, deadline: float) -> list[Level]:
     """Every load level; one protected server throughout (its limit adapts as in
-    production), a fresh bare server per level (its backlog would never drain)."""
+    production), a fresh bare server per level (its backlog would never drain), except
+    for the demo, whose models take long to load and whose own pool queue is bounded."""
     levels = []
-    shared = Server(protected=True) if protected else None
+    shared = Server(protected) if protected or TARGET is DEMO else None
     try:
         for load in LEVELS:
             server = shared or Server(protected=False)
@@ -559,6 +617,38 @@ def run_mode(protected: bool, capacity: float, deadline: float) -> list[Level]:
         if shared is not None:
             shared.stop()
     return levels
+
+
+def main_demo() -> None:
+    """The same levels against the demo service; merged into the results under "demo"."""
+    began = time.monotonic()
+    capacity, unloaded_p99 = calibrate()
+    deadline = round(2 * unloaded_p99, 3)
+    print(
+        f"demo service /v1/embeddings: capacity {capacity:.1f} req/s, unloaded p99 "
+        f"{unloaded_p99 * 1000:.1f} ms, deadline {deadline * 1000:.0f} ms "
+        "(shared machine: noisy)"
+    )
+    levels = run_mode(True, capacity, deadline) + run_mode(False, capacity, deadline)
+    with_3x = next(lv for lv in levels if lv.mode == "admission" and lv.load == 3.0)
+    bare_3x = next(lv for lv in levels if lv.mode == "bare" and lv.load == 3.0)
+    summary = {
+        "goodput_3x": with_3x.goodput,
+        "deadline_miss_3x": with_3x.deadline_miss,
+        "p99_ratio_3x": round((with_3x.p99_ms or 0) / (unloaded_p99 * 1000), 2),
+        "goodput_3x_without": bare_3x.goodput,
+    }
+    payload = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    payload["demo"] = {
+        "capacity_rps": round(capacity, 1),
+        "unloaded_p99_ms": round(unloaded_p99 * 1000, 1),
+        "deadline_ms": deadline * 1000,
+        "levels": [asdict(lv) for lv in levels],
+        "summary": summary,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    print("DEMO " + " ".join(f"{k}={v}" for k, v in summary.items()))
 
 
 def main() -> None:
@@ -626,9 +716,16 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="run the server (internal)")
     parser.add_argument("--protected", action="store_true")
+    parser.add_argument("--target", default="sim", choices=("sim", "demo"))
+    parser.add_argument(
+        "--demo", action="store_true", help="load the demo service instead (slow: loads models)"
+    )
     args = parser.parse_args()
     if args.serve:
         sys.path.insert(0, str(REPO / "src"))
-        serve(args.serve, args.protected)
+        serve(args.serve, args.protected, args.target)
+    elif args.demo:
+        TARGET = DEMO
+        main_demo()
     else:
         main()

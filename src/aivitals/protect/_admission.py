@@ -204,7 +204,8 @@ class AdmissionController:
         self.reserved = 0
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self._mean_latency: float | None = None
-        self._service_estimate = 0.0
+        self._service_estimate = 0.0  # p99 of recent service times
+        self._service_typical = 0.0  # their median
         self._waits: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self.queue_peak = 0
         self._metrics = metrics_for(registry)
@@ -394,7 +395,9 @@ class AdmissionController:
         self._mean_latency = latency if mean is None else mean + 0.1 * (latency - mean)
         if len(self._latencies) % 16 == 1 or len(self._latencies) < 16:
             ordered = sorted(self._latencies)
-            self._service_estimate = ordered[math.ceil(0.99 * len(ordered)) - 1]  # nearest rank
+            # nearest rank: with few samples the p99 is the maximum, not an interpolation
+            self._service_estimate = ordered[math.ceil(0.99 * len(ordered)) - 1]
+            self._service_typical = ordered[math.ceil(0.5 * len(ordered)) - 1]
 
     def _dispatch(self) -> None:
         for queue in self._queues:
@@ -444,11 +447,15 @@ class AdmissionController:
             # Idle: run it. Refusing on an estimate learnt under load would refuse
             # forever, since nothing admitted means no new latency to learn from.
             return
-        wait = self.predicted_wait(level)
-        if wait + self._service_estimate > deadline - now:
+        # A request that would queue must fit its wait plus a pessimistic (p99) service
+        # time; one that starts at once needs only a typical (median) one: refusing it
+        # because of the tail would turn away work a free slot can still do in time.
+        wait = self.predicted_wait(level) if must_queue else 0.0
+        service = self._service_estimate if must_queue else self._service_typical
+        if wait + service > deadline - now:
             raise self._refused(
                 "deadline",
-                f"predicted wait {wait:.3f} s + service {self._service_estimate:.3f} s "
+                f"predicted wait {wait:.3f} s + service {service:.3f} s "
                 f"exceeds the deadline ({max(0.0, deadline - now):.3f} s left)",
             )
 
