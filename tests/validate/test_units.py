@@ -102,6 +102,9 @@ def test_report_lines_and_json(tmp_path: Path) -> None:
     assert data["passed"] is False
     assert data["scenarios"][1]["skipped"] == "needs root"
     assert "0/1 scenarios passed" in data["summary"]
+    md = r.to_markdown()
+    assert "| `gpu_oom` | model | FAIL | 1 |" in md
+    assert "[fail] X did not fire" in md and "skipped: needs root" in md
 
 
 def _write_log(path: Path, records: list[dict[str, object]]) -> None:

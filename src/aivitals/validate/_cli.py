@@ -28,6 +28,13 @@ __all__ = ["validate"]
     show_default=True,
     help="Where the JSON report is written.",
 )
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the report as Markdown here.",
+)
 @click.option("--baseline", type=float, default=None, help="Baseline seconds per scenario.")
 @click.option("--fault-max", type=float, default=None, help="Longest fault phase, seconds.")
 @click.option("--recover-max", type=float, default=None, help="Longest wait for resolve, seconds.")
@@ -42,6 +49,7 @@ def validate(
     quick: bool,
     scenarios: str | None,
     report_path: Path,
+    markdown_path: Path | None,
     baseline: float | None,
     fault_max: float | None,
     recover_max: float | None,
@@ -74,6 +82,9 @@ def validate(
     )
     report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)
+    if markdown_path is not None:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(report.to_markdown())
     click.echo(f"\n{report.summary()}; report: {report_path}")
     if not report.passed:
         sys.exit(1)

@@ -82,6 +82,34 @@ class Report:
             d["passed"] = s.passed
         return out
 
+    def to_markdown(self) -> str:
+        """The report as Markdown: a summary table, then every check of every scenario."""
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.started_at))
+        mode = "--quick" if self.quick else "full"
+        out = [
+            "# aivitals validate report",
+            "",
+            f"Run {when}, mode `{mode}`: **{self.summary()}**.",
+            "",
+            "| fault | layer | result | failed checks |",
+            "|---|---|---|---|",
+        ]
+        for s in self.scenarios:
+            verdict = "skipped" if s.skipped else ("pass" if s.passed else "FAIL")
+            failed = sum(c.ok is False for c in s.checks) + (1 if s.error else 0)
+            out.append(f"| `{s.fault}` | {s.layer} | {verdict} | {failed} |")
+        for s in self.scenarios:
+            took = f", {s.ended_at - s.started_at:.0f} s" if s.ended_at else ""
+            out += ["", f"## {s.fault} ({s.layer} layer{took})", ""]
+            if s.skipped:
+                out.append(f"skipped: {s.skipped}")
+                continue
+            out += ["```", *(c.line() for c in s.checks)]
+            if s.error:
+                out.append(f"[fail] {s.error}")
+            out.append("```")
+        return "\n".join(out) + "\n"
+
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
