@@ -22,7 +22,6 @@ from ..errors import QueryError, UnsupportedQueryError
 from ._series import STALE_BITS, Labels
 from ._types import InstantSample, QueryResult, RangeSeries
 from ._values import (
-    _BIG,
     Floats,
     Ints,
     Mask,
@@ -249,9 +248,10 @@ def select_instant(ctx: Context, vs: Any) -> tuple[Vec, Ints]:
         return Vec.empty(ctx.n), np.zeros((0, ctx.n), dtype=np.int64)
     check_size(ctx, len(t_all) + len(labels) * ctx.n)
     base = int(eff.min()) - LOOKBACK_MS
+    big = int(eff.max()) - base + 2  # series i owns keys [i * big, (i + 1) * big)
     sid = np.arange(len(labels), dtype=np.int64)
-    key = np.repeat(sid * _BIG, np.diff(off)) + (t_all - base)
-    idx = np.searchsorted(key, (sid * _BIG)[:, None] + (eff - base)[None, :], side="right") - 1
+    key = np.repeat(sid * big, np.diff(off)) + (t_all - base)
+    idx = np.searchsorted(key, (sid * big)[:, None] + (eff - base)[None, :], side="right") - 1
     ok = idx >= off[:-1, None]
     idx = np.where(ok, idx, 0)
     t = t_all[idx]

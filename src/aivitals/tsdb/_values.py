@@ -35,8 +35,6 @@ Floats = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 
-_BIG = np.int64(1) << 42  # ms span per series in the composite search key (~139 years)
-
 
 @dataclass(slots=True)
 class Scalar:
@@ -108,12 +106,14 @@ class Matrix:
             z += self.off[:-1, None] if n_series else 0
             return z, z.copy()
         base = min(int(self.t.min()), int(self.ends.min()) - self.range_ms)
+        # Series i owns keys [i * big, (i + 1) * big): one search finds every window.
+        big = max(int(self.t.max()), int(self.ends.max())) - base + 2
         counts = np.diff(self.off)
         sid = np.arange(n_series, dtype=np.int64)
-        key = np.repeat(sid * _BIG, counts) + (self.t - base)
-        row = (sid * _BIG)[:, None]
-        start = np.clip(self.ends - self.range_ms - base, 0, _BIG - 1)[None, :]
-        end = np.clip(self.ends - base, 0, _BIG - 1)[None, :]
+        key = np.repeat(sid * big, counts) + (self.t - base)
+        row = (sid * big)[:, None]
+        start = np.clip(self.ends - self.range_ms - base, 0, big - 1)[None, :]
+        end = np.clip(self.ends - base, 0, big - 1)[None, :]
         lo = np.searchsorted(key, row + start, side="left")
         hi = np.searchsorted(key, row + end, side="right")
         return lo.astype(np.int64), hi.astype(np.int64)
