@@ -599,3 +599,19 @@ def test_errors_match_prometheus(backends: tuple[Store, PrometheusBackend]) -> N
             prom.query(expr, END)
         with pytest.raises(QueryError):
             store.query(expr, END)
+
+
+def test_cli_query_against_prometheus(backends: tuple[Store, PrometheusBackend]) -> None:
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    _, prom = backends
+    args = ["query", "sum by (job) (rate(conf_requests_total[5m]))", "--prometheus", prom.url]
+    result = CliRunner().invoke(cli, [*args, "--at", str(END), "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.output)
+    assert data["resultType"] == "vector"
+    assert {r["metric"]["job"] for r in data["result"]} == {"api", "worker"}
