@@ -53,7 +53,7 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    gone, alive = psutil.wait_procs(family, timeout=10)
+    _gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}"
     listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
     assert not (set(ports) & listening), "a port of the demo is still listening"

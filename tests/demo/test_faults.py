@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aivitals.demo import DemoConfig, DemoModels, create_app
+from aivitals.demo._faults import InProcessFaults
+from aivitals.errors import ConfigError
+from tests.demo.test_app import client_for
+
+TOKEN = "fault-test-token"
+HDR = {"X-Aivitals-Token": TOKEN}
+
+
+def app_with_chaos(models: DemoModels, tmp_path: Path, **changes: Any) -> Any:
+    cfg = DemoConfig(
+        registry=CollectorRegistry(),
+        chaos_token=TOKEN,
+        sim_gpu_dir=tmp_path / "sim",
+        cache_enabled=False,
+        probe_interval=0.5,
+        probe_timeout=1.0,
+        **changes,
+    )
+    return create_app(cfg, models=models)
+
+
+async def wait_status(c: Any, path: str, status: int, within: float) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        r = await c.get(path)
+        if r.status_code == status or time.monotonic() > deadline:
+            return r
+        await asyncio.sleep(0.2)
+
+
+async def chaos(c: Any, fault: str, action: str, **params: Any) -> Any:
+    body = {"fault": fault, "action": action, "params": params}
+    r = await c.post("/_aivitals/chaos", json=body, headers=HDR)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_worker_pool_stuck_fails_readiness_and_reverts(
+    demo_models: DemoModels, tmp_path: Path
+) -> None:
+    async def body() -> None:
+        app = app_with_chaos(demo_models, tmp_path, workers=1, queue_size=1)
+        async with client_for(app) as c:
+            assert (await wait_status(c, "/readyz", 200, 20)).status_code == 200
+            await chaos(c, "worker_pool_stuck", "start")
+            stuck = await wait_status(c, "/readyz", 503, 5)  # two probe periods + timeout
+            live = await c.get("/healthz")
+            await chaos(c, "worker_pool_stuck", "stop")
+            again = await wait_status(c, "/readyz", 200, 20)
+        assert stuck.status_code == 503 and "probe" in stuck.text
+        assert live.status_code == 200  # liveness does not depend on the workers
+        assert again.status_code == 200
+
+    asyncio.run(body())
+
+
+def test_cold_start_drops_and_reloads_the_models(tmp_path: Path) -> None:
+    async def body() -> None:
+        models = DemoModels.load(DemoConfig())
+        app = app_with_chaos(models, tmp_path)
+        async with client_for(app) as c:
+            await chaos(c, "cold_start", "start")
+            assert not app.service.models_loaded
+            started = time.perf_counter()
+            r = await c.post("/v1/embeddings", json={"input": "after a cold start"})
+            took = time.perf_counter() - started
+            assert app.service.models_loaded
+        assert r.status_code == 200
+        assert took > 0.3  # the request paid for the load
+
+    asyncio.run(body())
+
+
+def test_process_memory_leak_grows_rss_and_is_freed(
+    demo_models: DemoModels, tmp_path: Path
+) -> None:
+    proc = psutil.Process()
+
+    async def body() -> None:
+        app = app_with_chaos(demo_models, tmp_path)
+        async with client_for(app) as c:
+            await chaos(c, "process_memory_leak", "start", mib_per_request=32)
+            before = proc.memory_info().rss
+            for _ in range(4):
+                await c.post("/v1/embeddings", json={"input": "leak"})
+            grown = proc.memory_info().rss - before
+            await chaos(c, "process_memory_leak", "stop")
+        assert grown > 100 * 2**20
+
+    asyncio.run(body())
+
+
+def test_event_loop_block_delays_other_requests(demo_models: DemoModels, tmp_path: Path) -> None:
+    async def body() -> None:
+        app = app_with_chaos(demo_models, tmp_path)
+        async with client_for(app) as c:
+            await chaos(c, "event_loop_block", "start", seconds=0.3)
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(c.post("/v1/embeddings", json={"input": f"x{i}"}) for i in range(3))
+            )
+            took = time.perf_counter() - started
+        assert took >= 0.9  # three handlers slept one after the other on the loop
+
+    asyncio.run(body())
+
+
+def test_faults_expire_by_themselves_and_validate_params() -> None:
+    changes: list[tuple[bool, dict[str, float]]] = []
+    faults = InProcessFaults(on_change={"slow_inference": lambda on, p: changes.append((on, p))})
+    faults.start("slow_inference", {"factor": 2, "duration": 0.2})
+    assert faults.param("slow_inference", "factor") == 2.0
+    time.sleep(0.5)
+    assert not faults.active("slow_inference")
+    assert [on for on, _ in changes] == [True, False]
+    for bad in ({"factor": 0.5}, {"factor": "x"}, {"speed": 2}, {"duration": 10_000}):
+        with pytest.raises(ConfigError):
+            faults.start("slow_inference", bad)
+    with pytest.raises(ConfigError, match="nope"):
+        faults.stop("nope")
