@@ -266,3 +266,39 @@ def test_retention_keeps_arrays_compact_at_steady_state() -> None:
     # the dead head is compacted away, not kept growing
     assert len(series.ts) <= (301 + 1000) * 9 // 8 + 256
     assert store.query("x", T + 19_999).values() == [19_999.0]
+
+
+def test_concurrent_scrapes_expiry_and_queries() -> None:
+    store = Store(retention=30)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def scraper(target: str) -> None:
+        try:
+            for k in range(300):
+                text = "".join(f'm{{t="{target}",i="{i}"}} {k}\n' for i in range(k % 50 + 1))
+                store.ingest_exposition(text, timestamp=T + k, target=target)
+                if k % 50 == 0:
+                    store.expire()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def querier() -> None:
+        try:
+            while not stop.is_set():
+                store.query("sum by (t) (rate(m[20s]))", T + 150)
+                store.query_range("count(m)", T, T + 300, 10)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=scraper, args=(t,)) for t in ("a", "b")]
+    reader = threading.Thread(target=querier)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    stop.set()
+    reader.join(timeout=30)
+    assert not errors, errors
+    assert store.query("count(m)", T + 299).values() == [100.0]
