@@ -159,7 +159,9 @@ def _scenario(
         impatient=s.impatient_client,
     ).start(max_seconds=fault_max + 60)
     try:
-        fired, diagnosis = _watch(stack, alerts, t_base, t_fault, fault_max, config, result)
+        fired, diagnosis, matched_at = _watch(
+            stack, alerts, t_base, t_fault, fault_max, config, result
+        )
     finally:
         phase.stop()
     t_end = time.time()
@@ -168,7 +170,7 @@ def _scenario(
         _impact(base, phase),
         *_alert_checks(stack, alerts, fired, t_fault, t_end, fault_max),
         _also_fired(stack, alerts, t_fault),
-        _diagnosis_check(diagnosis, result, t_fault),
+        _diagnosis_check(diagnosis, result, t_fault, matched_at),
         _log_check(stack.service.log_path, log_offset, s),
     ):
         if check is not None:
@@ -194,9 +196,15 @@ def _watch(
     fault_max: float,
     config: ValidateConfig,
     result: ScenarioResult,
-) -> tuple[dict[str, float], Any]:
+) -> tuple[dict[str, float], Any, float | None]:
+    """Poll alerts each second and the diagnosis every 3 s until all is caught or time is up.
+
+    Returns the alerts that fired (seconds after the fault), the diagnosis to
+    judge (the first that named the fault, else the last) and when it was made.
+    """
     fired: dict[str, float] = {}
     diagnosis: Any = None
+    matched_at: float | None = None
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
     while time.time() < deadline:
@@ -207,14 +215,16 @@ def _watch(
             if ev.state == "firing" and ev.alertname in alerts and ev.fired_at:
                 fired.setdefault(ev.alertname, ev.fired_at - t_fault)
         now = time.time()
-        if now >= next_diag:
+        if now >= next_diag and matched_at is None:
             diagnosis = _safe_diagnose(stack, t_base, now)
             next_diag = now + 3.0
-            if set(fired) >= set(alerts) and _matches(diagnosis, result):
-                break
-    if diagnosis is None or not _matches(diagnosis, result):
+            if _matches(diagnosis, result):
+                matched_at = now - t_fault
+        if set(fired) >= set(alerts) and matched_at is not None:
+            break
+    if diagnosis is None:
         diagnosis = _safe_diagnose(stack, t_base, time.time())
-    return fired, diagnosis
+    return fired, diagnosis, matched_at
 
 
 def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
@@ -348,7 +358,9 @@ def _also_fired(stack: Any, alerts: tuple[str, ...], t_fault: float) -> Check | 
     return Check("other_alerts", None, f"also fired: {', '.join(other)}", {"alerts": other})
 
 
-def _diagnosis_check(diagnosis: Any, result: ScenarioResult, t_fault: float) -> Check:
+def _diagnosis_check(
+    diagnosis: Any, result: ScenarioResult, t_fault: float, matched_at: float | None
+) -> Check:
     expected = f"{result.signature} ({result.layer} layer)"
     if isinstance(diagnosis, Exception):
         return Check(
@@ -368,8 +380,10 @@ def _diagnosis_check(diagnosis: Any, result: ScenarioResult, t_fault: float) -> 
     if top.first_deviation is not None:
         first = f", first deviation {top.first_deviation - t_fault:+.0f} s from the fault"
     if _matches(diagnosis, result):
+        when = "" if matched_at is None else f", {matched_at:.0f} s after the fault"
+        data["after_s"] = matched_at
         text = (
-            f"diagnosis: {top.signature} ({top.layer} layer), "
+            f"diagnosis: {top.signature} ({top.layer} layer){when}, "
             f"confidence {top.confidence:.2f}{first}"
         )
         return Check("diagnosis", True, text, data)
