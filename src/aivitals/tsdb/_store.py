@@ -379,27 +379,27 @@ class Store:
 
     def latest(
         self, matchers: Sequence[Matcher], times: Sequence[int], lookback: int
-    ) -> tuple[list[Labels], list[list[float]], list[list[int]], list[list[bool]]]:
+    ) -> tuple[list[Labels], list[float], list[int], list[bool]]:
         """Per series and time, the newest sample in ``[time - lookback, time]``.
 
-        The instant-selector path for few steps: a bisection per series and
-        step instead of copying windows. Returns ``labels, values, timestamps,
-        present``; staleness markers count as absent, series never present are
-        left out.
+        The instant-selector path for few steps: a seek per series and step
+        instead of copying windows. Returns ``labels`` and, row-major over
+        (series, time), ``values, timestamps, present``; staleness markers
+        count as absent; series never present are left out.
         """
         out_l: list[Labels] = []
-        out_v: list[list[float]] = []
-        out_t: list[list[int]] = []
-        out_m: list[list[bool]] = []
+        out_v: list[float] = []
+        out_t: list[int] = []
+        out_m: list[bool] = []
         with self._lock:
             for s in sorted(self._select(matchers), key=_by_id):
                 ts, vals, start = s.ts, s.vals, s.start
-                row_v, row_t, row_m = [], [], []
                 last = len(ts) - 1
                 if last < start:
                     continue
+                row_v, row_t, row_m = [], [], []
                 for t in times:
-                    # The newest sample is usually the one wanted: skip the bisection.
+                    # The newest sample is usually the one wanted: skip the search.
                     i = last if ts[last] <= t else seek(ts, t, start, right=True) - 1
                     if i >= start and ts[i] >= t - lookback:
                         v = vals[i]
@@ -413,9 +413,9 @@ class Store:
                     row_m.append(False)
                 if True in row_m:
                     out_l.append(s.labels)
-                    out_v.append(row_v)
-                    out_t.append(row_t)
-                    out_m.append(row_m)
+                    out_v += row_v
+                    out_t += row_t
+                    out_m += row_m
         return out_l, out_v, out_t, out_m
 
     def query(self, expr: str, at: float | None = None) -> QueryResult:
