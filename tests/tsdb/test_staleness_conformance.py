@@ -82,7 +82,11 @@ def scraped() -> Iterator[tuple[Store, PrometheusBackend, list[float]]]:
                 time.sleep(0.2)
             assert len(target.served) > len(PHASES), "Prometheus did not scrape enough"
             (up,) = prom.query('up{job="t"}[1m]', time.time()).matrix
-            times = [t for t, _ in up.points][: len(PHASES)]
+            points = up.points[: len(PHASES)]
+            if any(v != 1.0 for _, v in points):
+                # A failed scrape writes markers for everything; texts no longer line up.
+                pytest.skip("a scrape failed (machine overloaded); timeline not comparable")
+            times = [t for t, _ in points]
             store = Store()
             labels = {"job": "t", "instance": f"127.0.0.1:{port}"}
             for t, text in zip(times, target.served, strict=False):
