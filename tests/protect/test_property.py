@@ -78,22 +78,26 @@ headers = st.lists(
     max_size=4,
 )
 
-LOOP = asyncio.new_event_loop()
-APP = make_app()
+_RUN: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _close_loop() -> Iterator[None]:
+def _loop_and_app() -> Iterator[None]:
+    # One loop and one protected app for every example: memory is measured across them.
+    loop = asyncio.new_event_loop()
+    app = make_app()
+    _RUN.update(loop=loop, app=app)
     yield
-    assert APP.health is not None
-    LOOP.run_until_complete(APP.health.stop())
-    LOOP.close()
+    assert app.health is not None
+    loop.run_until_complete(app.health.stop())
+    loop.close()
+    _RUN.clear()
 
 
 def request(body: bytes, chunked: bool, hdrs: list[tuple[str, str]]) -> int:
     chunks = [body[i : i + 512] for i in range(0, len(body), 512)] if chunked else [body]
-    reply = LOOP.run_until_complete(call(APP, chunks=chunks or [b""], headers=hdrs))
-    return reply.status
+    reply = _RUN["loop"].run_until_complete(call(_RUN["app"], chunks=chunks or [b""], headers=hdrs))
+    return int(reply.status)
 
 
 def timeout_of(hdrs: list[tuple[str, str]]) -> float | None:
