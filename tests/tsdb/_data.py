@@ -76,6 +76,8 @@ def _odd_values(rng: random.Random) -> Iterator[Row]:
                 value = round(rng.uniform(-5, 5), 3)
             yield "conf_ratio", {"instance": inst}, value, t
             yield "conf_const", {"instance": inst}, 0.1, t
+    for t in _times():
+        yield "conf_note", {"text": "first\nsecond", "quote": 'say "hi" \\ bye'}, 1.0, t
 
 
 def _histograms(rng: random.Random) -> Iterator[Row]:
@@ -104,8 +106,12 @@ def generate(seed: int = 7) -> list[Row]:
     return [*_counters(rng), *_gauges(rng), *_histograms(rng), *_odd_values(rng)]
 
 
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 def _fmt_labels(labels: dict[str, str]) -> str:
-    return ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
 
 
 def _fmt_value(v: float) -> str:

@@ -318,6 +318,15 @@ ODD = [
     "sum by (instance) (conf_ratio) / on(instance) conf_const",
     'scalar(conf_ratio{instance="a"}) * conf_const',
 ]
+ESCAPES = [
+    "conf_note",
+    'conf_note{text=~"first.second"}',
+    'conf_note{text=~"first\\nsecond"}',
+    'conf_note{text!~".*"}',
+    'conf_note{quote=~".*\\"hi\\".*"}',
+    'label_replace(conf_note, "x", "$1", "text", "(.*)")',
+    'count_values("q", conf_note)',
+]
 AT_MODIFIER = [
     f"predict_linear(conf_temperature_celsius[10m] @ {AT}, 600)",
     f"deriv(conf_temperature_celsius[10m] @ {AT})",
