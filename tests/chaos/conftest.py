@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,11 +72,24 @@ def netns_names() -> list[str]:
     return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
 
 
-def assert_clean(run_id: str, root: Path) -> None:
+def leftovers(run_id: str, root: Path) -> dict[str, object]:
+    """Everything of the run that still exists (empty when clean)."""
     tag = run_id[-6:]
-    assert not [n for n in netns_names() if tag in n], netns_names()
-    assert run_processes(run_id) == []
-    assert not (root / run_id).exists()
-    assert not list(Path("/var/tmp").glob(f"aivitals-chaos-{run_id}-*"))
-    links = os.listdir("/sys/class/net")
-    assert not [link for link in links if tag in link], links
+    found: dict[str, object] = {
+        "netns": [n for n in netns_names() if tag in n],
+        "processes": run_processes(run_id),
+        "run_dir": (root / run_id).exists(),
+        "temp_dirs": list(Path("/var/tmp").glob(f"aivitals-chaos-{run_id}-*")),
+        "links": [link for link in os.listdir("/sys/class/net") if tag in link],
+    }
+    return {k: v for k, v in found.items() if v}
+
+
+def assert_clean(run_id: str, root: Path, *, within: float = 5.0) -> None:
+    """Nothing of the run is left; a few seconds are allowed for processes to exit."""
+    deadline = time.monotonic() + within
+    left = leftovers(run_id, root)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = leftovers(run_id, root)
+    assert not left, left
