@@ -289,10 +289,9 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
     window = f"{int(ctx.end - ctx.start)}s"
     missing: dict[str, list[str]] = {}
     for name in sorted(names):
-        if stored is not None and name not in stored:
-            ok = False  # the embedded store never saw it: no query needed
-        else:
-            ok = _present(ctx, name, window)
+        # a name the embedded store never saw needs no query
+        never = stored is not None and name not in stored
+        ok = False if never else _present(ctx, name, window)
         ctx.present[name] = ok
         if not ok:
             spec = signals.family_of(name)

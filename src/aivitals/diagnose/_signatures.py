@@ -8,7 +8,7 @@ A signature file holds one mapping or a list of them::
     shapes: [widespread_timeouts]
     params: {growth_bytes_per_s: 2e6}
     required:
-      - expr: deriv(gpu_process_memory_used_bytes[${rate}]) > ${growth_bytes_per_s}
+      - expr: delta(gpu_process_memory_used_bytes[5m]) / 300 > ${growth_bytes_per_s}
         says: One process's GPU memory keeps growing.
     supporting:
       - expr: histogram_quantile(0.99, sum by (le) (rate(http_request_duration_seconds_bucket[5m])))
