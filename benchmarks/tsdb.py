@@ -10,6 +10,7 @@ the same run to cancel most of it).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -178,7 +179,7 @@ def bench_memory() -> tuple[float, int]:
 
 
 def main() -> None:
-    results: dict[str, float | None] = {}
+    results: dict[str, float | None] = {"load_average_1m_at_start": os.getloadavg()[0]}
     results.update(bench_ingest())
     rows = histogram_rows()
     results["query_ms"], ours = bench_query(rows)
@@ -200,7 +201,10 @@ def main() -> None:
         shown = "n/a" if value is None else f"{value:12.3f}"
         print(f"{key:32} {shown:>12}  {targets.get(key, '')}")
     print(f"answers: ours {ours!r}, prometheus {theirs!r} (must agree)")
-    print("note: timings are medians on a shared 2-core machine; expect noise")
+    print(
+        "note: timings are medians on a shared 2-core machine (load average "
+        f"{os.getloadavg()[0]:.1f} at the end); expect noise"
+    )
     keys = ("ingest_10k_ms", "query_ms", "bytes_per_sample", "query_ratio_vs_prometheus")
     line = " ".join(
         f"{k}={'nan' if results[k] is None else round(results[k], 3)}"  # type: ignore[arg-type]
