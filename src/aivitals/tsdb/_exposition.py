@@ -169,9 +169,12 @@ class ExpositionParser:
                 # Steady state: the text before the last space is a key seen before.
                 head, _, last = line.rpartition(" ")
                 entry = cache.get(head)
-                if entry is not None:
-                    append((entry, _parse_value(last), None))
-                    continue
+                if entry is not None and "_" not in last:
+                    try:
+                        append((entry, float(last), None))
+                        continue
+                    except ValueError:
+                        pass  # NaN/Inf spellings and errors: the careful path below
                 close = line.rfind("}")
                 if close >= 0:
                     key, rest = line[: close + 1], line[close + 1 :].split()

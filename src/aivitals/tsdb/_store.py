@@ -205,8 +205,10 @@ class Store:
     ) -> tuple[AppendStats, set[Series]]:
         stats = AppendStats()
         seen: set[Series] = set()
+        add_seen = seen.add
         created = self._counts["series_created"]
         newest = default_ms
+        appended = 0
         for entry, value, t_ms in entries:
             series = entry.series
             if series is None or series.dead:
@@ -214,7 +216,7 @@ class Store:
                 if series is None:
                     stats._reject("cardinality_limit")
                     continue
-            seen.add(series)
+            add_seen(series)
             t = default_ms if t_ms is None else t_ms
             ts = series.ts
             if len(ts) > series.start and t <= ts[-1]:
@@ -222,9 +224,10 @@ class Store:
                 continue
             ts.append(t)
             series.vals.append(value)
-            stats.appended += 1
+            appended += 1
             if t > newest:
                 newest = t
+        stats.appended = appended
         stats.series_created = self._counts["series_created"] - created
         for reason, n in stats.rejected.items():
             self._count_reject(reason, n)
