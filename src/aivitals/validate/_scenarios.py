@@ -73,7 +73,7 @@ _LIST: tuple[Scenario, ...] = (
     Scenario("gpu_contention", params={"factor": 4}, quick_params={"factor": 5}),
     Scenario("event_loop_blocked", params={"seconds": 0.3}, quick_params={"seconds": 0.3}),
     Scenario("worker_pool_saturated"),
-    Scenario("connection_flood", quick_params={"connections": 2000}),
+    Scenario("connection_flood", quick_params={"connections": 2000}, quick_fault_max=40.0),
     Scenario("overlong_inputs", error_codes=("INPUT_TOO_LARGE",)),
     Scenario("malformed_inputs", error_codes=("INPUT_CONTROL_CHARS", "INPUT_INVALID_UTF8")),
     Scenario("cache_stampede", quick_params={"interval": 1}, needs=_redis),
