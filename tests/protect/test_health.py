@@ -63,7 +63,7 @@ async def wait_for_status(app: Any, path: str, status: int, limit: float) -> flo
 async def test_hung_worker_turns_readyz_503_within_two_probe_periods_healthz_stays_200() -> None:
     registry = CollectorRegistry()
     worker = Worker()
-    period = 0.25
+    period = 0.4
     health = Health(
         HealthConfig(probe=worker.probe, probe_interval=period, probe_timeout=0.1),
         registry=registry,
@@ -274,9 +274,9 @@ async def test_a_hung_sync_probe_is_not_started_again_and_ready_returns_after() 
             unblock.wait(5)
         return "ok"
 
-    period = 0.15
+    period = 0.3
     health = Health(
-        HealthConfig(probe=probe, probe_interval=period, probe_timeout=0.05),
+        HealthConfig(probe=probe, probe_interval=period, probe_timeout=0.08),
         registry=CollectorRegistry(),
     )
     app = HealthMiddleware(not_found, health)
