@@ -11,6 +11,7 @@ raises.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import promql_parser
 
 from .. import signals
 from ..errors import AivitalsError
@@ -165,6 +167,13 @@ class _Ctx:
         """The expression's series on the window grid (NaN where absent); None if it failed."""
         if expr in self.cache:
             return self.cache[expr]
+        split = _threshold_split(expr)
+        if split is not None:
+            # "X > 3" is X filtered: reuse X's series instead of a second query
+            inner = self.fetch(split[0])
+            out = None if inner is None else [_filtered(s, split[1], split[2]) for s in inner]
+            self.cache[expr] = [s for s in out if np.isfinite(s.values).any()] if out else out
+            return self.cache[expr]
         try:
             res = self.backend.query_range(expr, self.start, self.end, self.step)
             out = _on_grid(res, self.times, self.step)
@@ -176,6 +185,36 @@ class _Ctx:
             out = None
         self.cache[expr] = out
         return out
+
+
+_THRESHOLD = re.compile(
+    r"^(?P<lhs>.*\S)\s*(?P<op>>=|<=|>|<)\s*(?P<num>-?[0-9.]+(?:e[-+]?[0-9]+)?)$"
+)
+_OPS = {">": np.greater, "<": np.less, ">=": np.greater_equal, "<=": np.less_equal}
+
+
+@functools.lru_cache(maxsize=4096)
+def _threshold_split(expr: str) -> tuple[str, str, float] | None:
+    """``(X, op, n)`` when ``expr`` is exactly the filter ``X op n`` at its top level."""
+    m = _THRESHOLD.match(expr.strip())
+    if m is None:
+        return None
+    try:
+        ast = promql_parser.parse(expr)
+        lhs = promql_parser.parse(m.group("lhs"))
+    except ValueError:
+        return None
+    if not isinstance(ast, promql_parser.BinaryExpr) or ast.modifier is not None:
+        return None
+    if not isinstance(ast.rhs, promql_parser.NumberLiteral) or str(ast.lhs) != str(lhs):
+        return None
+    return m.group("lhs"), m.group("op"), float(m.group("num"))
+
+
+def _filtered(s: _Series, op: str, n: float) -> _Series:
+    with np.errstate(invalid="ignore"):
+        keep = _OPS[op](s.values, n)
+    return _Series(s.labels, np.where(keep, s.values, np.nan))
 
 
 def _on_grid(res: QueryResult, times: np.ndarray, step: float) -> list[_Series]:
