@@ -20,16 +20,20 @@ from ._faults import FAULTS as IN_PROCESS_FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
+from ._stack import QUICK_RULES, Stack, StackConfig
 
 __all__ = [
     "CHAOS_PATH",
     "EMBED_MODEL_NAME",
     "IN_PROCESS_FAULTS",
     "LM_MODEL_NAME",
+    "QUICK_RULES",
     "DemoConfig",
     "DemoModels",
     "DemoService",
     "QueueFullError",
     "RedisServer",
+    "Stack",
+    "StackConfig",
     "create_app",
 ]

@@ -159,6 +159,7 @@ def _run(
                 status = _status(now - started, duration, fault, active)
                 live.update(render(read_snapshot(stack), title="aivitals demo", status=status))
                 time.sleep(1.0)
+        _print_alert_summary(console, stack)
         if fault is not None and runner is not None:
             _print_diagnosis(console, diagnosis or _diagnose(stack), fault)
     finally:
@@ -225,6 +226,11 @@ def _status(elapsed: float, duration: float | None, fault: str | None, active: A
         parts.append(f"fault {fault}: " + (f"{left:.0f} s left" if left > 0 else "reverted"))
     parts.append("sim GPU: simulated device, random-weight generation model")
     return " | ".join(parts)
+
+
+def _print_alert_summary(console: Any, stack: Any) -> None:
+    fired = sorted({e.alertname for e in stack.engine.history() if e.state == "firing"})
+    console.print("alerts that fired: " + (", ".join(fired) if fired else "none"))
 
 
 def _diagnose(stack: Any) -> Any:

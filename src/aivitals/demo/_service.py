@@ -349,13 +349,3 @@ class DemoService:
         if not on:
             with self._leak_lock:
                 self._leak.clear()
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "queue_length": self.pool.waiting,
-            "active_workers": self.pool.active,
-            "workers": self.config.workers,
-            "models_loaded": self.models_loaded,
-            "cache": self.cache.backend.name,
-            "gpu_backend": None if self.gpu is None else self.gpu.backend,
-        }

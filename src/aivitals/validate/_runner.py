@@ -35,7 +35,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
         report = run_validate(ValidateConfig(quick=True))
         report.write(Path("validate.json")); sys.exit(0 if report.passed else 1)
     """
-    from ..demo._stack import Stack, StackConfig
+    from ..demo import Stack, StackConfig
 
     chosen = (
         [scenario(n) for n in config.scenarios] if config.scenarios else list(SCENARIOS.values())
