@@ -103,7 +103,8 @@ def log_event(event: str, fields: Mapping[str, Any], logger: logging.Logger = LI
 
     Builds the record directly (no caller lookup, no thread-name lookup): this
     runs on the event loop for every request. The fields appear in the JSON
-    line as if passed with ``extra=``.
+    line as if passed with ``extra=``; the line may be rendered later by the
+    writer, so do not change ``fields`` after the call.
 
     **Usage**::
 
@@ -190,7 +191,14 @@ class JsonFormatter(logging.Formatter):
         self._prefix = ""
         self._templates: dict[tuple[str, str, tuple[Any, ...]], str] = {}
 
-    def line(self, name: str, event: str, ctx: tuple[Any, ...], fields: Mapping[str, Any]) -> str:
+    def line(
+        self,
+        name: str,
+        event: str,
+        ctx: tuple[Any, ...],
+        fields: Mapping[str, Any],
+        created: float | None = None,
+    ) -> str:
         """The JSON line of an INFO event, built without a LogRecord (``log_event``'s lane).
 
         The same object ``format`` writes. The common case (no static fields,
@@ -198,17 +206,17 @@ class JsonFormatter(logging.Formatter):
         one by one, which costs about half of ``json.dumps`` of the whole dict.
         """
         if self.static or not (self.log_prompts or PROMPT_FIELDS.isdisjoint(fields)):
-            return self._line_via_dict(name, event, ctx, fields)
+            return self._line_via_dict(name, event, ctx, fields, created)
         key = (name, event, tuple(fields))
         template = self._templates.get(key)
         if template is None:
             template = self._template(key)
             if template is None:
-                return self._line_via_dict(name, event, ctx, fields)
+                return self._line_via_dict(name, event, ctx, fields, created)
         # most context fields are null outside a model call: skip the call for those
         values = ["null" if v is None else _scalar(v) for v in ctx]
         values += [_scalar(v) for v in fields.values()]
-        return template % (self._timestamp(time.time()), *values)
+        return template % (self._timestamp(created or time.time()), *values)
 
     def _template(self, key: tuple[str, str, tuple[Any, ...]]) -> str | None:
         name, event, names = key
@@ -226,10 +234,15 @@ class JsonFormatter(logging.Formatter):
         return template
 
     def _line_via_dict(
-        self, name: str, event: str, ctx: tuple[Any, ...], fields: Mapping[str, Any]
+        self,
+        name: str,
+        event: str,
+        ctx: tuple[Any, ...],
+        fields: Mapping[str, Any],
+        created: float | None,
     ) -> str:
         out: dict[str, Any] = {
-            "ts": self._timestamp(time.time()),
+            "ts": self._timestamp(created or time.time()),
             "level": "info",
             "logger": name,
             "event": event,
@@ -301,15 +314,19 @@ def _scalar(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+#: what log_event's lane buffers: (logger name, event, context, fields, created)
+_Event = tuple[str, str, tuple[Any, ...], Mapping[str, Any], float]
+
+
 class _Buffer:
     """A bounded buffer with ``put_nowait``: a deque append, no lock, no wake-up."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        # LogRecords, or finished JSON lines from log_event's lane
-        self.items: collections.deque[logging.LogRecord | str] = collections.deque()
+        # LogRecords, or (logger, event, context, fields, created) from log_event's lane
+        self.items: collections.deque[logging.LogRecord | _Event] = collections.deque()
 
-    def put_nowait(self, record: logging.LogRecord | str) -> bool:
+    def put_nowait(self, record: logging.LogRecord | _Event) -> bool:
         if len(self.items) >= self.maxsize:
             return False
         self.items.append(record)
@@ -330,7 +347,8 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
         self._json = formatter if isinstance(formatter, JsonFormatter) else JsonFormatter()
 
     def emit_line(self, name: str, event: str, fields: Mapping[str, Any]) -> None:
-        if not self.buffer.put_nowait(self._json.line(name, event, _context(), fields)):
+        # only the context is taken here; the writer renders the line, in a batch
+        if not self.buffer.put_nowait((name, event, _context(), fields, time.time())):
             self._drop()
 
     def _drop(self) -> None:
@@ -350,6 +368,14 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             self._drop()
 
 
+def _as_record(event: _Event) -> logging.LogRecord:
+    name, kind, ctx, fields, created = event
+    record = _record(logging.getLogger(name), kind, fields)
+    record.created = created
+    record.__dict__[_CAPTURED] = ctx
+    return record
+
+
 class _Writer(threading.Thread):
     """Drains the buffer every ``interval`` seconds and writes the batch at once."""
 
@@ -360,6 +386,13 @@ class _Writer(threading.Thread):
         self.interval = interval
         self.stopping = threading.Event()
         self._drain_lock = threading.Lock()  # flush() from another thread must not reorder lines
+
+    def _line(self, event: _Event) -> str:
+        formatter = self.handler.formatter
+        if isinstance(formatter, JsonFormatter):
+            name, kind, ctx, fields, created = event
+            return formatter.line(name, kind, ctx, fields, created)
+        return self.handler.format(_as_record(event))
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
@@ -381,13 +414,14 @@ class _Writer(threading.Thread):
         stream = getattr(handler, "stream", None) if type(handler) in _BATCHABLE else None
         if stream is None:
             for record in batch:
-                if isinstance(record, logging.LogRecord):
-                    handler.handle(record)
+                handler.handle(
+                    record if isinstance(record, logging.LogRecord) else _as_record(record)
+                )
             return
         lines = []
         for record in batch:
-            if isinstance(record, str):
-                lines.append(record)
+            if isinstance(record, tuple):
+                lines.append(self._line(record))
                 continue
             try:
                 lines.append(handler.format(record))

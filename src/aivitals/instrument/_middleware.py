@@ -191,7 +191,8 @@ class AivitalsMiddleware:
                 self._client_gone(ex, rid, children)  # the app failed because the client left
                 state.error_code = state.error_code or "CLIENT_DISCONNECT"
             else:
-                self._errors.labels(*children.labels, type(exc).__name__).inc()
+                name = self._guard.fold("http_server_errors_total", "exception", type(exc).__name__)
+                self._errors.labels(*children.labels, name).inc()
                 ex.status = ex.status or 500
                 state.error_code = state.error_code or "INTERNAL"
             raise
