@@ -25,6 +25,7 @@ from ._payload import (
 )
 from ._report import SLO, LoadReport, RequestResult, summarize
 from ._schedule import poisson_schedule, uniform_schedule
+from ._slack import tight_timer_slack
 from ._target import check_target
 from ._trace import load_trace
 
@@ -100,14 +101,6 @@ def _plan(config: LoadConfig, path: str) -> tuple[list[float] | None, list[Reque
             for _ in offsets
         ]
     return offsets, specs
-
-
-def _tight_timer_slack() -> None:
-    """Ask Linux to wake this thread's sleeps on time (the default slack is 50 us)."""
-    with contextlib.suppress(Exception):  # not Linux, or no libc: the default is fine
-        import ctypes
-
-        ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK, 1 ns
 
 
 class _Run:
@@ -190,7 +183,10 @@ class _Run:
                 engine.submit(spec, wires[id(spec)], due)
 
         def dispatch() -> None:
-            _tight_timer_slack()
+            with tight_timer_slack():
+                send_all()
+
+        def send_all() -> None:
             cycle = itertools.cycle(specs)
             i, n = 0, len(offsets)
             try:
