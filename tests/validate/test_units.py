@@ -130,3 +130,69 @@ def test_log_check_requires_the_structured_fields(tmp_path: Path) -> None:
     assert missing.ok is False and "CUDA_OOM" in missing.text
     _write_log(log, [])
     assert _log_check(log, 0, SCENARIOS["cpu_burn"]).ok is None
+
+
+class _FakeService:
+    def __init__(self) -> None:
+        self.alive_now = False
+
+    def alive(self) -> bool:
+        return self.alive_now
+
+    def exit_code(self) -> int:
+        return -9
+
+
+class _FakeStack:
+    def __init__(self) -> None:
+        self.service = _FakeService()
+        self.restarts = 0
+
+    def fault_context(self) -> None:
+        return None
+
+    def start_service(self) -> None:
+        self.restarts += 1
+        self.service.alive_now = True
+
+
+class _FakeRunner:
+    stopped = 0
+
+    def __init__(self, ctx: object, **kw: object) -> None:
+        pass
+
+    def __enter__(self) -> _FakeRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def stop_all(self) -> list[str]:
+        _FakeRunner.stopped += 1
+        return []
+
+
+def test_a_service_that_dies_is_reported_reverted_and_restarted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aivitals.chaos
+    from aivitals.validate import _runner
+
+    def dies(*args: object) -> None:
+        raise RuntimeError("connection refused: the service is gone")
+
+    monkeypatch.setattr(aivitals.chaos, "ChaosRunner", _FakeRunner)
+    monkeypatch.setattr(_runner, "_scenario", dies)
+    stack = _FakeStack()
+    report = Report(quick=True)
+    lines: list[str] = []
+    config = ValidateConfig(quick=True)
+    _runner._run_all(stack, [SCENARIOS["gpu_xid"]], config, report, lines.append)
+    result = report.scenarios[0]
+    assert not result.passed
+    assert result.error is not None and "service is gone" in result.error
+    assert any("died (exit -9)" in c.text for c in result.checks)
+    assert _FakeRunner.stopped == 1  # the fault was reverted
+    assert stack.restarts == 1
+    assert any(line.startswith("[fail]") for line in lines)

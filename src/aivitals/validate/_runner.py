@@ -123,7 +123,7 @@ def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
         Check(
             "service_alive",
             False,
-            f"the demo service died during the scenario (exit {code}); restarting it",
+            f"the demo service died (exit {code}) during the scenario; restarting it",
         )
     )
     echo(result.checks[-1].line())
