@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -72,20 +72,6 @@ def _over_range(mat: Matrix, fn: StepFn, *, keep_name: bool = False) -> Vec:
     return merge_same_labels(Vec(labels, value, mask).nonempty())
 
 
-def _windowed(reduce: Callable[[list[float]], float], min_points: int = 1) -> StepFn:
-    """A function of each window's values, computed in Python in Prometheus's order."""
-
-    def run(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
-        out = np.full(lo.shape, np.nan)
-        mask = (hi - lo) >= min_points
-        v = mat.v
-        for i, j in zip(*np.nonzero(mask), strict=True):
-            out[i, j] = reduce(v[lo[i, j] : hi[i, j]].tolist())
-        return out, mask
-
-    return run
-
-
 def _reduceat(ufunc: Any) -> StepFn:
     """``ufunc`` over every window, one vectorised ``reduceat`` per step."""
 
@@ -130,16 +116,6 @@ def _resets_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
     v = mat.v
     prev = np.concatenate(([np.nan], v[:-1]))
     return _count_changes(v < prev)(mat, lo, hi)
-
-
-def _stdvar_values(values: list[float]) -> float:
-    count = mean = aux = 0.0
-    for v in values:
-        count += 1
-        delta = v - mean
-        mean += delta / count
-        aux += delta * (v - mean)
-    return aux / count
 
 
 def _count_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
@@ -225,34 +201,98 @@ def _instant_delta(is_rate: bool) -> StepFn:
     return run
 
 
-def _regression(mat: Matrix, lo: int, hi: int, intercept_ms: int) -> tuple[float, float]:
-    ts = mat.t[lo:hi].tolist()
-    vs = mat.v[lo:hi].tolist()
-    if all(v == vs[0] for v in vs):
-        if math.isinf(vs[0]):
-            return math.nan, math.nan
-        return 0.0, vs[0]
-    n = sum_x = sum_y = sum_xy = sum_x2 = 0.0
-    for t, v in zip(ts, vs, strict=True):
-        x = (t - intercept_ms) / 1e3
-        n += 1
-        sum_x += x
-        sum_y += v
-        sum_xy += x * v
-        sum_x2 += x * x
-    cov_xy = sum_xy - sum_x * sum_y / n
-    var_x = sum_x2 - sum_x * sum_x / n
+def _in_order(
+    mat: Matrix, lo: Ints, hi: Ints, min_points: int
+) -> tuple[Ints, Iterator[tuple[Mask, Ints, Floats]]]:
+    """Walk every window with at least ``min_points`` samples at once, sample by sample.
+
+    Returns the flat indices of those windows and an iterator over ``k`` of
+    (window still has a k-th sample, its timestamp, its value): the same order
+    of floating-point operations as Prometheus's per-window loops, vectorised
+    across windows.
+    """
+    count = (hi - lo).ravel()
+    active = np.flatnonzero(count >= min_points)
+    first, n = lo.ravel()[active], count[active]
+
+    shortest = int(n.min()) if len(n) else 0
+    everyone = np.ones(len(n), dtype=bool)
+
+    def walk() -> Iterator[tuple[Mask, Ints, Floats]]:
+        for k in range(int(n.max()) if len(n) else 0):
+            if k < shortest:  # every window still has a k-th sample
+                j = first + k
+                yield everyone, mat.t[j], mat.v[j]
+                continue
+            live = k < n
+            j = first + np.minimum(k, n - 1)
+            yield live, mat.t[j], mat.v[j]
+
+    return active, walk()
+
+
+def _regression(
+    mat: Matrix, lo: Ints, hi: Ints, intercept_ms: Ints | None
+) -> tuple[Ints, Floats, Floats]:
+    """Least-squares slope and intercept per window, as Prometheus's linearRegression.
+
+    ``intercept_ms`` per window (flat, for the active ones) or None for each
+    window's first sample time.
+    """
+    active, samples = _in_order(mat, lo, hi, 2)
+    size = len(active)
+    n, sx, sy, sxy, sx2 = (np.zeros(size) for _ in range(5))
+    y0 = mat.v[lo.ravel()[active]]
+    const = np.ones(size, dtype=bool)
+    anchor = mat.t[lo.ravel()[active]] if intercept_ms is None else intercept_ms[active]
+    for live, t, v in samples:
+        x = (t - anchor) / 1e3
+        const &= ~live | (v == y0)
+        np.add(n, 1.0, out=n, where=live)
+        np.add(sx, x, out=sx, where=live)
+        np.add(sy, v, out=sy, where=live)
+        np.add(sxy, x * v, out=sxy, where=live)
+        np.add(sx2, x * x, out=sx2, where=live)
+    cov_xy = sxy - sx * sy / n
+    var_x = sx2 - sx * sx / n
     slope = cov_xy / var_x
-    return slope, sum_y / n - slope * sum_x / n
+    intercept = sy / n - slope * sx / n
+    # A constant series has slope 0 (NaN if it is infinite), whatever the rounding.
+    inf = np.isinf(y0)
+    slope = np.where(const, np.where(inf, np.nan, 0.0), slope)
+    intercept = np.where(const, np.where(inf, np.nan, y0), intercept)
+    return active, slope, intercept
+
+
+def _scatter(shape: tuple[int, ...], active: Ints, values: Floats) -> tuple[Floats, Mask]:
+    out = np.full(shape, np.nan)
+    mask = np.zeros(shape, dtype=bool)
+    out.ravel()[active] = values
+    mask.ravel()[active] = True
+    return out, mask
 
 
 def _deriv_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
-    out = np.full(lo.shape, np.nan)
-    mask = (hi - lo) >= 2
-    for i, j in zip(*np.nonzero(mask), strict=True):
-        a, b = int(lo[i, j]), int(hi[i, j])
-        out[i, j] = _regression(mat, a, b, int(mat.t[a]))[0]
-    return out, mask
+    active, slope, _ = _regression(mat, lo, hi, None)
+    return _scatter(lo.shape, active, slope)
+
+
+def _stdvar_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    """Welford's running variance per window, in Prometheus's order."""
+    active, samples = _in_order(mat, lo, hi, 1)
+    count, mean, aux = (np.zeros(len(active)) for _ in range(3))
+    for live, _, v in samples:
+        np.add(count, 1.0, out=count, where=live)
+        delta = v - mean
+        new_mean = mean + delta / count
+        np.add(aux, delta * (v - new_mean), out=aux, where=live)
+        np.copyto(mean, new_mean, where=live)
+    return _scatter(lo.shape, active, aux / count)
+
+
+def _stddev_fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
+    variance, mask = _stdvar_fn(mat, lo, hi)
+    return np.sqrt(variance), mask
 
 
 def _simple_range(name: str, fn: StepFn, keep_name: bool = False) -> Callable[..., Value]:
@@ -269,12 +309,10 @@ def _predict_linear(ctx: Context, args: list[Any]) -> Value:
     intercepts = ctx.ts
 
     def fn(mat: Matrix, lo: Ints, hi: Ints) -> tuple[Floats, Mask]:
-        out = np.full(lo.shape, np.nan)
-        mask = (hi - lo) >= 2
-        for i, j in zip(*np.nonzero(mask), strict=True):
-            slope, icept = _regression(mat, int(lo[i, j]), int(hi[i, j]), int(intercepts[j]))
-            out[i, j] = slope * float(duration[j]) + icept
-        return out, mask
+        anchors = np.broadcast_to(intercepts[None, :], lo.shape).ravel()
+        active, slope, icept = _regression(mat, lo, hi, anchors)
+        steps = np.broadcast_to(duration[None, :], lo.shape).ravel()[active]
+        return _scatter(lo.shape, active, slope * steps + icept)
 
     return _over_range(mat, fn)
 
@@ -598,10 +636,8 @@ _FUNCS: dict[str, Callable[[Context, list[Any]], Value]] = {
     "count_over_time": _simple_range("count_over_time", _count_fn),
     "last_over_time": _simple_range("last_over_time", _last_fn, keep_name=True),
     "present_over_time": _simple_range("present_over_time", _present_fn),
-    "stdvar_over_time": _simple_range("stdvar_over_time", _windowed(_stdvar_values)),
-    "stddev_over_time": _simple_range(
-        "stddev_over_time", _windowed(lambda v: math.sqrt(_stdvar_values(v)))
-    ),
+    "stdvar_over_time": _simple_range("stdvar_over_time", _stdvar_fn),
+    "stddev_over_time": _simple_range("stddev_over_time", _stddev_fn),
     "quantile_over_time": _quantile_over_time,
     "changes": _simple_range("changes", _changes_fn),
     "resets": _simple_range("resets", _resets_fn),
