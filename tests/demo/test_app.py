@@ -156,7 +156,8 @@ def test_bad_json_and_schema_are_refused(demo_models: DemoModels) -> None:
             r4 = await c.post("/v1/embeddings", json={"input": "bad \x01 control"})
             r5 = await c.post("/v1/embeddings", content=b"x" * 200_000)
         assert r1.status_code == 400 and r1.json()["error"]["code"] == "INPUT_BAD_JSON"
-        assert r2.status_code == 422
+        assert r2.status_code == 422 and r2.json()["error"]["code"] == "INPUT_REJECTED"
+        assert "prompt" in r2.json()["error"]["message"]
         assert r3.status_code == 400 and r3.json()["error"]["code"] == "INPUT_REJECTED"
         assert r4.status_code == 422 and r4.json()["error"]["code"] == "INPUT_CONTROL_CHARS"
         assert r5.status_code == 413 and r5.json()["error"]["code"] == "INPUT_TOO_LARGE"

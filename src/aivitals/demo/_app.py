@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -103,6 +104,7 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
 
     app = FastAPI(title="aivitals demo AI service", version=cfg.model_version, lifespan=lifespan)
     app.state.service = service
+    app.add_exception_handler(RequestValidationError, _schema_error)
     _add_model_routes(app, service)
     if cfg.chaos_token:
         _add_chaos_routes(app, service, cfg.chaos_token)
@@ -135,6 +137,15 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
     routes = ["/v1/embeddings", "/v1/completions", CHAOS_PATH]
     outer = instrument_app(protected, registry=service.registry, routes=routes)
     return DemoApp(app, service, protected, outer)
+
+
+async def _schema_error(request: Request, exc: Exception) -> Response:
+    """A body that parses but does not fit the schema: 422 with a catalogue code."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    where = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors[:5]
+    )
+    return error_response(signals.ErrorCode.INPUT_REJECTED, where or str(exc))
 
 
 def _add_model_routes(app: FastAPI, service: DemoService) -> None:
