@@ -42,7 +42,11 @@ SCOREBOARD = [
     ("random", 11.0),
 ]
 
-CONFIG = DetectorConfig(novelty=True)
+# One configuration for the whole corpus, chosen in the open on this corpus (see
+# docs/diagnose.md); the same method as the diagnosis, reporting each episode's rise.
+CONFIG = DetectorConfig(
+    novelty=True, novelty_decay=0.999, novelty_log=True, cusum_h=60.0, spike_z=6.0, shift_z=4.5
+)
 
 
 def _parse(ts: str) -> float:

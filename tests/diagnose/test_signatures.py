@@ -146,3 +146,16 @@ def test_extra_files_load_beside_the_builtin_ones_and_duplicates_are_refused(
     (tmp_path / "again.yaml").write_text(GOOD)
     with pytest.raises(SignatureError, match="defined twice"):
         load_signatures([tmp_path])
+
+
+def test_a_missing_signature_path_is_a_signature_error(tmp_path: Path) -> None:
+    with pytest.raises(SignatureError, match="no such file"):
+        load_signatures([tmp_path / "absent.yaml"])
+
+
+def test_public_names_exist_once() -> None:
+    import aivitals.diagnose as pkg
+
+    assert len(pkg.__all__) == len(set(pkg.__all__))
+    for name in pkg.__all__:
+        assert hasattr(pkg, name), name

@@ -168,6 +168,8 @@ def load_signatures(
                 sigs += parse_signatures(entry.read_text(), source=entry.name)
     for path in paths or ():
         p = Path(path)
+        if not p.exists():
+            raise SignatureError(str(p), "no such file or directory")
         files = sorted(p.glob("*.y*ml")) if p.is_dir() else [p]
         for f in files:
             sigs += parse_signatures(f.read_text(), source=str(f))
