@@ -33,8 +33,8 @@ __all__ = ["run_load", "run_load_async"]
 
 Progress = Callable[[int, int], None]
 
-#: How long before its send time a request is handed from the dispatcher thread
-#: to the event loop (the switch between them takes about this long).
+#: The most a request is handed from the dispatcher thread to the event loop
+#: before its send time (the switch between them takes about this long).
 _EARLY = 50e-6
 
 
@@ -178,10 +178,14 @@ class _Run:
         loop = asyncio.get_running_loop()
         engine, lags = self.engine, self.lags
         finished = asyncio.Event()
+        # At most a quarter of the mean gap, so waiting out the hand-over never takes
+        # more than a quarter of the loop's time at high rates.
+        span = offsets[-1] - offsets[0] if len(offsets) > 1 else 1.0
+        early = min(_EARLY, 0.25 * span / max(len(offsets), 1))
         halt = threading.Event()
 
         def submit(batch: list[tuple[RequestSpec, float]]) -> None:
-            # The batch is handed over up to _EARLY before it is due (a thread switch
+            # The batch is handed over a little before it is due (a thread switch
             # costs about that); wait out the rest here so nothing leaves early.
             first = batch[0][1]
             while (now := perf_counter()) < first:
@@ -201,13 +205,13 @@ class _Run:
                 while i < n and not halt.is_set() and not self.stopped():
                     now = perf_counter()
                     batch = []
-                    while i < n and t0 + offsets[i] <= now + _EARLY:
+                    while i < n and t0 + offsets[i] <= now + early:
                         batch.append((next(cycle), t0 + offsets[i]))
                         i += 1
                     if batch:
                         loop.call_soon_threadsafe(submit, batch)
                     if i < n:
-                        wait = t0 + offsets[i] - _EARLY - perf_counter()
+                        wait = t0 + offsets[i] - early - perf_counter()
                         time.sleep(max(0.0, min(wait, 0.1)))
             finally:
                 with contextlib.suppress(RuntimeError):  # the loop is already closed
