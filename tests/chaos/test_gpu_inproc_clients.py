@@ -160,3 +160,29 @@ def test_client_faults_send_from_a_helper(
             assert len(srv.bodies) == n  # nothing sent after the stop
             run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+@pytest.mark.parametrize(
+    "name,remote",
+    [
+        ("gpu_memory_leak", "gpu_leak"),
+        ("gpu_contention", "slow_inference"),
+        ("event_loop_blocked", "event_loop_block"),
+        ("worker_pool_saturated", "worker_pool_stuck"),
+        ("process_memory_leak", "process_memory_leak"),
+        ("timeouts_not_aborting", "no_abort_timeouts"),
+        ("cold_start", "cold_start"),
+    ],
+)
+def test_every_in_process_fault_maps_to_the_service_name(
+    name: str, remote: str, runner_factory
+) -> None:  # type: ignore[no-untyped-def]
+    with tiny_server() as srv:
+        ctx = FaultContext(target=srv.url, chaos_token=srv.chaos_token)
+        with runner_factory(ctx) as runner:
+            active = runner.start(name, duration=3)
+            runner.stop(active)
+    assert [(c["fault"], c["action"]) for c in srv.chaos_calls] == [
+        (remote, "start"),
+        (remote, "stop"),
+    ]
