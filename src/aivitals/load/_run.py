@@ -171,10 +171,10 @@ class _Run:
     async def _open_threaded(
         self, offsets: list[float], specs: list[RequestSpec], wires: dict[int, bytes], t0: float
     ) -> None:
-        """Send times kept by a thread that sleeps with nanosleep (about 0.1 ms precise,
-        where the event loop's timers are 1 ms) and hands each due batch to the loop.
-        A sleeping dispatcher also keeps its priority on a busy CPU, where a spinning
-        one is preempted for whole time slices."""
+        """Send times kept by a thread that sleeps with nanosleep (the event loop's
+        timers are only millisecond-precise) and hands each batch to the loop just
+        before it is due. A sleeping dispatcher also keeps its priority on a busy
+        CPU, where a spinning one is preempted for whole time slices."""
         loop = asyncio.get_running_loop()
         engine, lags = self.engine, self.lags
         finished = asyncio.Event()
