@@ -83,7 +83,7 @@ class StackConfig:
     ready_timeout: float = 180.0
     #: The service's open-file limit (soft). Small, as in many containers, so that the
     #: connection-flood fault exhausts it as in DOMAIN's incident; None keeps the inherited.
-    service_max_fds: int | None = 2400
+    service_max_fds: int | None = 2200
 
     def __post_init__(self) -> None:
         if self.for_factor < 1:
