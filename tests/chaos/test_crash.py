@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aivitals.chaos import ChaosRunner, FaultContext
+from aivitals.chaos import ChaosRunner, FaultContext, cleanup
 from aivitals.cli import main
 from tests.chaos.conftest import (
     assert_clean,
@@ -32,6 +32,13 @@ pytestmark = pytest.mark.slow
 def service() -> Iterator[TinyServer]:
     with tiny_server() as srv:
         yield srv
+
+
+@pytest.fixture(autouse=True)
+def _never_leave_anything(tmp_path: Path) -> Iterator[None]:
+    # Whatever an assertion stops, the runs of the test are reverted afterwards.
+    yield
+    cleanup(tmp_path / "runs", force=True)
 
 
 def _start_runner(

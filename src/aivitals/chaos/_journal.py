@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from ..errors import FaultError
-from ._procs import kill_run_processes, kill_tree, start_time
+from ._procs import kill_run_processes, kill_tree, same_process, start_time
 
 __all__ = [
     "CleanupReport",
@@ -116,10 +116,7 @@ class RunDir:
             owner = json.loads((self.path / "owner.json").read_text())
         except (OSError, ValueError):
             return False
-        started = start_time(int(owner["pid"]))
-        return started is not None and (
-            owner.get("start") is None or abs(started - float(owner["start"])) < 0.05
-        )
+        return same_process(int(owner["pid"]), owner.get("start"))
 
 
 # -- reverting one entry ----------------------------------------------------------
@@ -194,7 +191,7 @@ def _revert_sim_alloc(e: Entry) -> None:
 
 
 def _revert_sigstop(e: Entry) -> None:
-    if start_time(int(e["pid"])) is not None:
+    if same_process(int(e["pid"]), e.get("start")):
         os.kill(int(e["pid"]), signal.SIGCONT)
 
 

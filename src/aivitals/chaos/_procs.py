@@ -18,16 +18,38 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["RUN_ENV", "kill_run_processes", "kill_tree", "python_helper", "spawn", "start_time"]
+__all__ = [
+    "RUN_ENV",
+    "kill_run_processes",
+    "kill_tree",
+    "python_helper",
+    "same_process",
+    "spawn",
+    "start_time",
+]
 
 RUN_ENV = "AIVITALS_CHAOS_RUN"
 
 
 def start_time(pid: int) -> float | None:
+    """When the process started, as an identity token: clock ticks since boot from
+    ``/proc/<pid>/stat``. Exact, unlike a wall-clock create time, which moves with
+    the boot time the kernel derives from a clock that can be stepped."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+        return float(int(data[data.rindex(b")") + 2 :].split()[19]))
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except psutil.Error:
         return None
+
+
+def same_process(pid: int, started: float | None) -> bool:
+    """Is ``pid`` still the process recorded with ``started`` (never a recycled pid)?"""
+    now = start_time(pid)
+    return now is not None and (started is None or abs(now - started) < 0.5)
 
 
 def spawn(
@@ -58,13 +80,6 @@ def python_helper(kind: str, args: str) -> list[str]:
     return [sys.executable, "-m", "aivitals.chaos._helpers", kind, args]
 
 
-def _same(proc: psutil.Process, started: float | None) -> bool:
-    try:
-        return started is None or abs(proc.create_time() - started) < 0.05
-    except psutil.NoSuchProcess:
-        return False
-
-
 def kill_tree(pid: int, started: float | None, *, grace: float = 3.0) -> bool:
     """SIGTERM the process, its group and its descendants; SIGKILL what is left
     after ``grace`` seconds. False when the pid is gone or belongs to someone else."""
@@ -72,7 +87,7 @@ def kill_tree(pid: int, started: float | None, *, grace: float = 3.0) -> bool:
         root = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return False
-    if not _same(root, started):
+    if not same_process(pid, started):
         return False
     procs = [root, *root.children(recursive=True)]
     try:
