@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from aivitals.chaos._procs import (
+    RUN_ENV,
+    kill_run_processes,
+    kill_tree,
+    same_process,
+    spawn,
+    start_time,
+)
+
+
+def test_start_time_identifies_a_process_and_kill_tree_checks_it() -> None:
+    proc = spawn(["sleep", "30"], run_id="test-run-procs")
+    try:
+        started = start_time(proc.pid)
+        assert started is not None and start_time(proc.pid) == started
+        assert same_process(proc.pid, started)
+        # A different start (a recycled pid) is never signalled.
+        assert not kill_tree(proc.pid, started + 1000)
+        assert proc.poll() is None
+        assert kill_tree(proc.pid, started)
+        assert proc.poll() is not None and not same_process(proc.pid, started)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_helpers_carry_the_run_marker_and_are_found_by_it() -> None:
+    proc = spawn(["sleep", "30"], run_id="test-run-marker")
+    try:
+        env = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"{RUN_ENV}=test-run-marker".encode() in env
+        assert kill_run_processes("test-run-marker") == [proc.pid]
+        proc.wait(5)  # (reaped by kill_run_processes already)
+        assert not same_process(proc.pid, None)
+        assert kill_run_processes("test-run-marker") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_spawn_starts_its_own_session() -> None:
+    proc = spawn(["sleep", "30"], run_id="test-run-session")
+    try:
+        assert os.getpgid(proc.pid) == proc.pid != os.getpgid(0)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert isinstance(proc, subprocess.Popen)
