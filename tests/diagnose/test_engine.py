@@ -178,3 +178,37 @@ def test_events_outside_the_window_are_ignored() -> None:
     d = diagnose(store, end=sc.end, events=[old])
     assert d.events == []
     assert all(f.signature != "gpu_xid" for f in d.findings)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 0.0}, "window"),
+        ({"window": float("nan")}, "window"),
+        ({"step": -1.0}, "step"),
+        ({"step": 1000.0, "window": 1800.0}, "step"),
+        ({"end": float("inf")}, "end"),
+        ({"params": {"no_such_signature": {"x": 1.0}}}, "no_such_signature"),
+    ],
+)
+def test_bad_arguments_raise_config_error_naming_them(kwargs: dict[str, Any], message: str) -> None:
+    from aivitals.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        diagnose(Store(), **{"end": 1e9, **kwargs})
+
+
+def test_param_overrides_change_a_threshold() -> None:
+    sc, store = _loaded("connection_flood")
+    # with a threshold above the flood, that supporting evidence no longer holds
+    d = diagnose(store, end=sc.end, params={"connection_flood": {"connections": 1e9}})
+    f = next(f for f in d.findings if f.signature == "connection_flood")
+    assert not any(e.held for e in f.evidence if "threshold of established" in e.says)
+
+
+def test_an_empty_store_is_healthy_and_lists_every_missing_source() -> None:
+    d = diagnose(Store(), end=1e9)
+    assert d.shape is Shape.HEALTHY
+    assert d.findings == []
+    sources = {u.what.split(":")[0] for u in d.unseen}
+    assert {"collect.gpu", "collect.host", "instrument"} <= sources

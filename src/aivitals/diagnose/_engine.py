@@ -23,7 +23,7 @@ import numpy as np
 import promql_parser
 
 from .. import signals
-from ..errors import AivitalsError
+from ..errors import AivitalsError, ConfigError
 from ..tsdb import Backend, QueryResult
 from ._detector import DetectorConfig, detect
 from ._model import (
@@ -256,12 +256,18 @@ def diagnose(
     """
     t0 = time.perf_counter()
     end = time.time() if end is None else float(end)
+    if not (math.isfinite(window) and window > 0):
+        raise ConfigError(f"diagnose window must be > 0 seconds, got {window!r}")
     step = float(step) if step else max(1.0, round(window / 600.0))
+    _check_args(end, window, step)
     start = end - window
     times = np.arange(start, end + step / 2, step)
     rate = f"{int(max(60.0, 4 * step))}s"
     ctx = _Ctx(backend, start, end, step, times, rate)
     sigs = list(signatures) if signatures is not None else _builtin()
+    unknown = set(params or {}) - {s.id for s in sigs}
+    if unknown:
+        raise ConfigError(f"diagnose params name unknown signatures: {sorted(unknown)}")
     all_events = sorted([*events, *_alert_events(alerts)], key=lambda e: e.time)
     all_events = [e for e in all_events if start <= e.time <= end]
     _check_presence(ctx, sigs)
@@ -286,6 +292,15 @@ def diagnose(
         layers,
         time.perf_counter() - t0,
     )
+
+
+def _check_args(end: float, window: float, step: float) -> None:
+    if not math.isfinite(end):
+        raise ConfigError(f"diagnose end must be a finite time, got {end!r}")
+    if not (math.isfinite(window) and window > 0):
+        raise ConfigError(f"diagnose window must be > 0 seconds, got {window!r}")
+    if not (math.isfinite(step) and 0 < step <= window / 10):
+        raise ConfigError(f"diagnose step must be > 0 and at most window/10, got {step!r}")
 
 
 _BUILTIN: list[Signature] = []
