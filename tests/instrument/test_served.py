@@ -156,3 +156,34 @@ def test_bad_input_is_answered_as_without_aivitals(tmp_path: Path) -> None:
     assert all(x["status"] == 499 and x["error_code"] == "CLIENT_DISCONNECT" for x in cut)
     errors = _samples(metrics, "http_server_errors_total")
     assert all(v == 0 for _, v in errors)  # a client leaving is not a server error
+
+
+def test_gunicorn_workers_sum_and_a_killed_worker_leaves_no_live_gauges(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    pytest.importorskip("gunicorn")
+    from tests.instrument._uvicorn import gunicorn_server
+
+    mp_dir = tmp_path / "prom"
+    mp_dir.mkdir()
+    n = 60
+    with gunicorn_server(tmp_path, workers=2, env={"PROMETHEUS_MULTIPROC_DIR": str(mp_dir)}) as url:
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(base_url=url, limits=limits, timeout=10) as client:
+            for i in range(n):
+                assert client.get(f"/v1/items/{i}").status_code == 200
+            victim = client.get("/v1/pid").json()["pid"]
+            assert list(mp_dir.glob(f"gauge_livesum_{victim}.db"))
+            os.kill(victim, signal.SIGKILL)  # gunicorn runs child_exit, then a new worker
+            deadline = time.monotonic() + 20
+            while list(mp_dir.glob(f"gauge_livesum_{victim}.db")):
+                assert time.monotonic() < deadline, "child_exit did not drop the dead worker"
+                time.sleep(0.1)
+            text = client.get("/metrics").text
+    counts = _samples(text, "http_request_duration_seconds_count")
+    items = [v for labels, v in counts if labels.get("route") == "/v1/items/{item_id}"]
+    assert sum(items) == n  # the dead worker's requests are still counted
+    pids = {labels["pid"] for labels, _ in _samples(text, "service_process_threads")}
+    assert str(victim) not in pids
+    assert all(v == 0 for _, v in _samples(text, "http_requests_in_flight"))
