@@ -158,6 +158,7 @@ async def test_streaming_time_to_first_byte_is_less_than_total() -> None:
     assert _value(reg, "model_output_tokens_sum", model="toy") == 5
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_random_404_flood_adds_at_most_one_series() -> None:
     reg = CollectorRegistry()
