@@ -50,7 +50,7 @@ RESULT = ROOT / "benchmarks" / "results" / "loadgen.json"
 SERVER_CORE, CLIENT_CORE = 1, 0
 MATCHED_RATE = 5000.0
 CONNECTIONS = 16
-LADDER = (5000.0, 8000.0, 12000.0, 16000.0, 24000.0)
+LADDER = (5000.0, 8000.0, 12000.0, 16000.0, 24000.0, 32000.0)
 ROUNDS = 5
 
 _ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
