@@ -87,7 +87,9 @@ _LIST: tuple[Scenario, ...] = (
     Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 20}, needs=_root_net),
     Scenario("network_latency", quick_params={"delay_ms": 300}, needs=_root_net),
     Scenario("redis_down", error_codes=("DEPENDENCY_DOWN",), needs=_redis),
-    Scenario("traffic_surge", params={"factor": 10}, quick_params={"factor": 20}),
+    Scenario(
+        "traffic_surge", params={"factor": 10}, quick_params={"factor": 20}, quick_fault_max=40.0
+    ),
     Scenario("cold_start"),
     Scenario("timeouts_not_aborting", error_codes=("TIMEOUT",), impatient_client=True),
 )
