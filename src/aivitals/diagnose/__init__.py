@@ -14,9 +14,19 @@ specificity and temporal precedence, and reports in four formats.
 
 from __future__ import annotations
 
+from ._attach import attach
 from ._detector import DetectionResult, DetectorConfig, StreamingDetector, detect
 from ._engine import HIGH_CONFIDENCE, VITALS, diagnose
-from ._model import Diagnosis, Event, EvidenceResult, Finding, Shape, SignalDeviation, Unseen
+from ._model import (
+    Diagnosis,
+    Event,
+    EventLike,
+    EvidenceResult,
+    Finding,
+    Shape,
+    SignalDeviation,
+    Unseen,
+)
 from ._signatures import EventEvidence, Evidence, Signature, load_signatures, parse_signatures
 
 __all__ = [
@@ -27,6 +37,7 @@ __all__ = [
     "Diagnosis",
     "Event",
     "EventEvidence",
+    "EventLike",
     "Evidence",
     "EvidenceResult",
     "Finding",
@@ -35,6 +46,7 @@ __all__ = [
     "Signature",
     "StreamingDetector",
     "Unseen",
+    "attach",
     "detect",
     "diagnose",
     "load_signatures",

@@ -29,6 +29,7 @@ from ._detector import DetectorConfig, detect
 from ._model import (
     Diagnosis,
     Event,
+    EventLike,
     EvidenceResult,
     Finding,
     Shape,
@@ -238,7 +239,7 @@ def diagnose(
     window: float = 1800.0,
     step: float | None = None,
     alerts: Sequence[Any] = (),
-    events: Sequence[Event] = (),
+    events: Sequence[EventLike] = (),
     signatures: Sequence[Signature] | None = None,
     params: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Diagnosis:
@@ -268,7 +269,8 @@ def diagnose(
     unknown = set(params or {}) - {s.id for s in sigs}
     if unknown:
         raise ConfigError(f"diagnose params name unknown signatures: {sorted(unknown)}")
-    all_events = sorted([*events, *_alert_events(alerts)], key=lambda e: e.time)
+    own = [Event(float(e.time), str(e.kind), str(e.text), dict(e.fields)) for e in events]
+    all_events = sorted([*own, *_alert_events(alerts)], key=lambda e: e.time)
     all_events = [e for e in all_events if start <= e.time <= end]
     _check_presence(ctx, sigs)
     rendered = [s.render((params or {}).get(s.id), rate) for s in sigs]

@@ -6,11 +6,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "Diagnosis",
     "Event",
+    "EventLike",
     "EvidenceResult",
     "Finding",
     "Shape",
@@ -45,6 +46,19 @@ class Event:
     kind: str
     text: str
     fields: Mapping[str, str] = field(default_factory=dict)
+
+
+class EventLike(Protocol):
+    """Anything shaped like an ``Event`` (e.g. ``aivitals.collect.Event`` from the agent)."""
+
+    @property
+    def time(self) -> float: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def fields(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
