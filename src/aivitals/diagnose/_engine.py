@@ -544,10 +544,11 @@ def _event_evidence(ev: EventEvidence, events: Sequence[Event]) -> EvidenceResul
             ev.role, ev.says, f"{ev.kind} ~ /{ev.match}/", held=False, seen=bool(events)
         )
     values = [({**dict(h.fields), "text": h.text[:160]}, 1.0) for h in hits[:5]]
+    kinds = ",".join(sorted({h.kind for h in hits}))
     return EvidenceResult(
         ev.role,
         ev.says,
-        f"{ev.kind} ~ /{ev.match}/",
+        f"{kinds} ~ /{ev.match}/",
         held=True,
         seen=True,
         since=hits[0].time,
