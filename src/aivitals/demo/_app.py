@@ -135,7 +135,11 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
         registry=service.registry,
     )
     routes = ["/v1/embeddings", "/v1/completions", CHAOS_PATH]
-    outer = instrument_app(protected, registry=service.registry, routes=routes)
+    # health probes stay out of the HTTP metrics: a 503 from /readyz is not a served error
+    probes = frozenset({"/healthz", "/readyz", "/health/queue"})
+    outer = instrument_app(
+        protected, registry=service.registry, routes=routes, exclude_paths=probes
+    )
     return DemoApp(app, service, protected, outer)
 
 

@@ -81,6 +81,10 @@ class StackConfig:
     service_args: Sequence[str] = ()
     rule_params: dict[str, Any] = field(default_factory=dict)
     ready_timeout: float = 180.0
+    #: "sim": GPU work booked on the simulated device; "nvml": a real CUDA GPU (the
+    #: service runs its models there, the agent reads NVML); "auto": nvml when
+    #: nvidia-smi is on the PATH, else sim.
+    gpu: str = "auto"
     #: The service's open-file limit (soft). Small, as in many containers, so that the
     #: connection-flood fault exhausts it as in DOMAIN's incident; None keeps the inherited.
     service_max_fds: int | None = 2200
@@ -90,8 +94,17 @@ class StackConfig:
             raise ConfigError(f"for_factor={self.for_factor!r}: expected >= 1")
         if self.workers < 1:
             raise ConfigError(f"workers={self.workers!r}: expected >= 1")
+        if self.gpu not in ("auto", "sim", "nvml"):
+            raise ConfigError(f"gpu={self.gpu!r}: expected auto, sim or nvml")
         if self.interval is not None and self.interval <= 0:
             raise ConfigError(f"interval={self.interval!r}: expected > 0 seconds")
+
+    @property
+    def gpu_backend(self) -> str:
+        """``gpu`` with "auto" resolved on this machine."""
+        if self.gpu != "auto":
+            return self.gpu
+        return "nvml" if shutil.which("nvidia-smi") else "sim"
 
     @property
     def tick(self) -> float:
@@ -115,6 +128,7 @@ class ServiceProcess:
         port: int,
         max_fds: int | None = None,
         extra_args: Sequence[str] = (),
+        device: str = "auto",
     ) -> None:
         self.max_fds = max_fds
         self.port = port
@@ -141,6 +155,7 @@ class ServiceProcess:
             "AIVITALS_CHAOS_TOKEN": chaos_token,
             "AIVITALS_SIM_GPU_DIR": str(sim_gpu_dir),
             "AIVITALS_DEMO_PROBE_INTERVAL": "1",
+            "AIVITALS_DEMO_DEVICE": device,
         }
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -273,6 +288,9 @@ class Stack:
             port=self.service_port,
             max_fds=self.config.service_max_fds,
             extra_args=self.config.service_args,
+            # the models run where the GPU signals come from: the real device, or
+            # the CPU with their work booked on the simulated one
+            device="cuda" if self.config.gpu_backend == "nvml" else "cpu",
         )
         self.service.start(self.config.ready_timeout)
 
@@ -287,7 +305,7 @@ class Stack:
             scrape=(ScrapeTarget(self.service.url + "/metrics", job="demo"),),
             scrape_interval=tick,
             scrape_timeout=max(1.0, tick),
-            gpu="sim",
+            gpu=self.config.gpu_backend,
             sim_gpu_dir=str(self.sim_gpu_dir),
             # by port, not pid: a restarted service keeps its port, so the agent follows it
             port=self.service.port,

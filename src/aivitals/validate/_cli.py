@@ -44,6 +44,13 @@ __all__ = ["validate"]
     default=None,
     help="Keep the service log, sim GPU state and chaos files here (default: a temp dir).",
 )
+@click.option(
+    "--gpu",
+    type=click.Choice(["auto", "sim", "nvml"]),
+    default="auto",
+    show_default=True,
+    help="The simulated GPU, a real CUDA GPU read through NVML, or auto (nvml if present).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def validate(
     quick: bool,
@@ -54,6 +61,7 @@ def validate(
     fault_max: float | None,
     recover_max: float | None,
     workdir: Path | None,
+    gpu: str,
     list_only: bool,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
@@ -79,6 +87,7 @@ def validate(
         fault_max=fault_max,
         recover_max=recover_max,
         workdir=workdir,
+        gpu=gpu,
     )
     report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)

@@ -37,8 +37,12 @@ class ValidateConfig:
     lock_path: Path | None = None
     workdir: Path | None = None
     rule_params: dict[str, Any] = field(default_factory=dict)
+    #: "sim" (the simulated GPU), "nvml" (a real CUDA GPU, models on it), or "auto"
+    gpu: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.gpu not in ("auto", "sim", "nvml"):
+            raise ConfigError(f"gpu={self.gpu!r}: expected auto, sim or nvml")
         for key in ("baseline", "fault_min", "fault_max", "recover_max"):
             value = getattr(self, key)
             if value is not None and not (

@@ -46,6 +46,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             StackConfig(
                 quick=config.quick,
                 workdir=config.workdir,
+                gpu=config.gpu,
                 rule_params={**_demo_rule_params(), **config.rule_params},
             )
         )
@@ -79,6 +80,7 @@ def _environment(stack: Any) -> dict[str, Any]:
         "redis": None if stack.redis is None else stack.redis.url,
         "sim_gpu_dir": str(stack.sim_gpu_dir),
         "tick_s": stack.config.tick,
+        "gpu": stack.config.gpu_backend,
     }
 
 
