@@ -95,6 +95,19 @@ DOMAIN_ALERTS = {
     "GPUMetricsAbsent",
     "HostMetricsAbsent",
 }
+#: Alerts for the injectable faults that the domain's list does not name (chaos fault table).
+FAULT_ALERTS = {
+    "HostCPUSaturated",  # cpu_burn
+    "DependencyDown",  # redis_down
+    "CacheErrorsHigh",  # redis_down
+    "CacheHitRatioDrop",  # cache_stampede
+    "LatencyHighWorkersIdle",  # event_loop_blocked
+    "InputRejectionsHigh",  # overlong_inputs, malformed_inputs
+    "GPUOutOfMemoryErrors",  # gpu_oom
+    "ModelReloaded",  # cold_start
+    "ServiceNotReady",  # cold_start where /readyz is polled
+    "TimedOutWorkNotAborted",  # timeouts_not_aborting
+}
 
 
 def _alerts() -> list[AlertingRule]:
@@ -102,7 +115,7 @@ def _alerts() -> list[AlertingRule]:
 
 
 def test_the_pack_has_every_alert_of_the_domain() -> None:
-    assert set(default_pack().alert_names) == DOMAIN_ALERTS
+    assert set(default_pack().alert_names) == DOMAIN_ALERTS | FAULT_ALERTS
 
 
 def test_every_alert_has_severity_layer_summary_description_and_runbook() -> None:
@@ -156,6 +169,25 @@ def test_parameters_are_rendered_into_the_expressions() -> None:
     assert "[[" not in pack.text
 
 
+def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
+    pack = default_pack(
+        cpu_busy_ratio=0.8,
+        cache_hit_drop=0.75,
+        outside_model_seconds=0.25,
+        input_rejection_ratio=0.1,
+        unaborted_timeout_ratio=0.3,
+    )
+    rules = {r.name: r for g in pack.groups for r in g.rules}
+    assert rules["HostCPUSaturated"].expr.rstrip().endswith("> 0.8")
+    assert "< 0.25 * avg_over_time(" in rules["CacheHitRatioDrop"].expr
+    assert ") > 0.25\n" in rules["LatencyHighWorkersIdle"].expr
+    assert rules["InputRejectionsHigh"].expr.rstrip().endswith("> 0.1")
+    assert rules["TimedOutWorkNotAborted"].expr.rstrip().endswith("> 0.3")
+    assert "less than 0.25x its average" in rules["CacheHitRatioDrop"].annotations[
+        "description"
+    ].source
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -167,6 +199,10 @@ def test_parameters_are_rendered_into_the_expressions() -> None:
         ({"rate_window": "5 min"}, "rate_window='5 min' is not a Prometheus duration"),
         ({"scrape_interval": "30s", "short_window": "1m"}, "fewer than 4 scrapes"),
         ({"latency_good_seconds": 1.2}, "latency_good_seconds=1.2 must be a bucket bound"),
+        ({"cache_hit_drop": 1.5}, "cache_hit_drop=1.5 is a ratio"),
+        ({"cpu_busy_ratio": 2}, "cpu_busy_ratio=2 is a ratio"),
+        ({"outside_model_seconds": -0.5}, "outside_model_seconds=-0.5"),
+        ({"worker_idle_ratio": "half"}, "worker_idle_ratio='half' must be a number"),
     ],
 )
 def test_bad_parameters_are_refused_naming_key_and_value(params: dict, message: str) -> None:  # type: ignore[type-arg]

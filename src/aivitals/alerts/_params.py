@@ -103,6 +103,23 @@ class PackParams:
     tcp_retransmit_ratio: float = 0.05
     #: Interface errors per second above this for 5m is P2.
     network_errors_per_second: float = 0.0
+    #: Non-idle share of the host's CPU time (idle and iowait excluded) above this for 5m is P1.
+    cpu_busy_ratio: float = 0.9
+    #: Mean time a request spends outside the model (mean HTTP time minus mean inference
+    #: time, seconds) above this while the worker pool is idle, for 2m, is P1.
+    outside_model_seconds: float = 0.5
+    #: "Idle" for that alert: the busiest pool of the job has fewer than this share busy.
+    worker_idle_ratio: float = 0.5
+    #: Share of requests refused by the input guard, per reason, above this for 1m is P2.
+    input_rejection_ratio: float = 0.05
+    #: Share of cache lookups that failed (the cache unreachable) above this for 1m is P2.
+    cache_error_ratio: float = 0.05
+    #: The cache hit ratio fell by more than this share of its baseline (0.5: halved) ...
+    cache_hit_drop: float = 0.5
+    #: ... where that baseline was at least this (a cache that rarely hits cannot collapse).
+    cache_hit_baseline_ratio: float = 0.3
+    #: Share of deadline timeouts whose model work was not aborted above this for 1m is P1.
+    unaborted_timeout_ratio: float = 0.5
     #: Window of rate(), increase() and quantiles over time.
     rate_window: str = "5m"
     #: Window of the fast ratios (504, 429, queue wait P99).
@@ -142,6 +159,13 @@ class PackParams:
             "kv_cache_ratio",
             "disk_util_ratio",
             "tcp_retransmit_ratio",
+            "cpu_busy_ratio",
+            "worker_idle_ratio",
+            "input_rejection_ratio",
+            "cache_error_ratio",
+            "cache_hit_drop",
+            "cache_hit_baseline_ratio",
+            "unaborted_timeout_ratio",
         ):
             value = getattr(self, name)
             if value > 1:
@@ -178,6 +202,9 @@ class PackParams:
         out["gpu_util_stuck_pct"] = _pct(self.gpu_util_stuck)
         out["fast_share_min_pct"] = _pct(self.fast_share_min)
         out["error_growth_factor"] = _number(1.0 + self.error_growth)
+        out["cache_hit_drop_pct"] = _pct(self.cache_hit_drop)
+        # what is left of the baseline hit ratio at the threshold: 1 - drop
+        out["cache_hit_keep"] = _number(round(1.0 - self.cache_hit_drop, 12))
         # prometheus_client writes bucket bounds as Python's repr: 1.5 -> "1.5", 2 -> "2.0".
         out["latency_good_le"] = repr(float(self.latency_good_seconds))
         out["rss_horizon_seconds"] = _number(parse_duration(self.rss_horizon))
