@@ -183,9 +183,10 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
     assert ") > 0.25\n" in rules["LatencyHighWorkersIdle"].expr
     assert rules["InputRejectionsHigh"].expr.rstrip().endswith("> 0.1")
     assert rules["TimedOutWorkNotAborted"].expr.rstrip().endswith("> 0.3")
-    assert "less than 0.25x its average" in rules["CacheHitRatioDrop"].annotations[
-        "description"
-    ].source
+    assert (
+        "less than 0.25x its average"
+        in rules["CacheHitRatioDrop"].annotations["description"].source
+    )
 
 
 @pytest.mark.parametrize(
