@@ -52,6 +52,12 @@ def test_expected_alerts_exist_in_the_shipped_rule_pack() -> None:
         assert set(info.alerts) <= names, (info.name, set(info.alerts) - names)
 
 
+def test_every_fault_has_an_alert_or_says_why_not() -> None:
+    for info in FAULT_TABLE.values():
+        assert info.alerts or "No alert:" in info.description, info.name
+    assert not FAULT_TABLE["network_latency"].alerts
+
+
 def test_layers_agree_with_the_diagnosis_knowledge_base() -> None:
     kb = RULES.parents[2] / "diagnose" / "signatures"
     if not kb.is_dir():

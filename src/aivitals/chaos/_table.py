@@ -3,8 +3,8 @@
 ``signature`` is the id the diagnosis must name as its top finding;
 ``alerts`` are names from the shipped rule pack
 (``aivitals/alerts/rules/aivitals-rules.yml``) that should fire while the fault
-runs. An empty ``alerts`` means the pack has no alert for it yet and only the
-diagnosis is checked.
+runs. An empty ``alerts`` means no signal the service side collects moves for
+that fault (the description says why) and only the diagnosis is checked.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         "gpu_oom",
         "model",
-        (),
+        ("GPUOutOfMemoryErrors",),
         "over-long inputs whose KV-cache reservation no longer fits on the GPU",
     ),
     (
@@ -58,7 +58,7 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         "event_loop_blocked",
         "service",
-        (),
+        ("LatencyHighWorkersIdle",),
         "request handlers do synchronous sleep/IO on the event loop (in-process)",
     ),
     (
@@ -73,18 +73,28 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("FdsNearLimit",),
         "2,000 idle keep-alive connections held open to the service",
     ),
-    ("overlong_inputs", "business", (), "one client sends 100,000-character inputs"),
-    ("malformed_inputs", "business", (), "one client sends control characters and invalid UTF-8"),
+    (
+        "overlong_inputs",
+        "business",
+        ("InputRejectionsHigh",),
+        "one client sends 100,000-character inputs",
+    ),
+    (
+        "malformed_inputs",
+        "business",
+        ("InputRejectionsHigh",),
+        "one client sends control characters and invalid UTF-8",
+    ),
     (
         "cache_stampede",
         "service",
-        (),
+        ("CacheHitRatioDrop",),
         "every key of the service's Redis cache expires at once, repeatedly",
     ),
     (
         "cpu_burn",
         "infrastructure",
-        (),
+        ("HostCPUSaturated",),
         "host CPU saturated by another workload (stress-ng or Python)",
     ),
     (
@@ -109,9 +119,18 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "network_latency",
         "infrastructure",
         (),
-        "added latency between client and service (userspace delaying proxy)",
+        "added latency between client and service (userspace delaying proxy). No alert: "
+        "the delay is added outside the service and its host's counters (the agent scrapes "
+        "the service directly; request time is measured from the first byte received, and "
+        "the proxy adds no loss or retransmits), so only a client-side or blackbox probe "
+        "sees it",
     ),
-    ("redis_down", "infrastructure", (), "the service's Redis cache is unreachable"),
+    (
+        "redis_down",
+        "infrastructure",
+        ("DependencyDown", "CacheErrorsHigh"),
+        "the service's Redis cache is unreachable",
+    ),
     (
         "traffic_surge",
         "service",
@@ -121,13 +140,13 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         "cold_start",
         "model",
-        (),
+        ("ModelReloaded",),
         "the models are dropped; the next request pays the load (in-process)",
     ),
     (
         "timeouts_not_aborting",
         "service",
-        ("HTTP504RateHigh",),
+        ("HTTP504RateHigh", "TimedOutWorkNotAborted"),
         "a deadline cancels only the await; the GPU work keeps running (in-process)",
     ),
 )
