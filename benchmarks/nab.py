@@ -45,7 +45,15 @@ SCOREBOARD = [
 # One configuration for the whole corpus, chosen in the open on this corpus (see
 # docs/diagnose.md); the same method as the diagnosis, reporting each episode's rise.
 CONFIG = DetectorConfig(
-    novelty=True, novelty_decay=0.999, novelty_log=True, cusum_h=60.0, spike_z=6.0, shift_z=4.5
+    novelty=True,
+    novelty_decay=0.999,
+    novelty_log=True,
+    cusum_h=60.0,
+    spike_z=6.0,
+    shift_z=4.5,
+    alpha=0.005,
+    alpha_scale=0.003,
+    rel_floor=0.01,
 )
 
 
