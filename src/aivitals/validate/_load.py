@@ -72,7 +72,7 @@ class LoadPhase:
                 spec.method,
                 spec.path,
                 spec.body,
-                (*spec.headers, ("X-Request-Timeout", "1.5")),
+                (*spec.headers, ("X-Request-Timeout", "0.8")),
                 stream=False,
                 prompt_tokens=spec.prompt_tokens,
                 expects_json=True,
