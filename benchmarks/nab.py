@@ -54,6 +54,7 @@ CONFIG = DetectorConfig(
     alpha=0.005,
     alpha_scale=0.003,
     rel_floor=0.01,
+    range_breach=0.05,
 )
 
 

@@ -114,3 +114,45 @@ def test_seasonal_pattern_is_not_an_anomaly() -> None:
     det = StreamingDetector(1, DetectorConfig(season=200))
     s = np.array([det.update([v])[0] for v in x])
     assert (s[1000:] > 0.5).mean() < 0.01
+
+
+def test_range_breach_scores_a_first_ever_extreme() -> None:
+    # Noise in [0, 1) for 200 rows, then 1.2: beyond the past range by 20 % of it.
+    rng = np.random.default_rng(3)
+    data = [*rng.random(200), 1.2]
+    cfg = DetectorConfig(range_breach=0.05, spike_z=1e6, shift_z=1e6, cusum_h=1e6)
+    det = StreamingDetector(1, cfg)
+    scores = [float(det.update([v])[0]) for v in data]
+    assert scores[-1] == 1.0
+    assert max(scores[:-1]) < 1.0
+
+
+def test_range_breach_within_tolerance_or_off_does_not_fire() -> None:
+    rng = np.random.default_rng(4)
+    data = [*rng.random(200), 1.01]  # 1 % beyond the range, tolerance 5 %
+    for cfg in (
+        DetectorConfig(range_breach=0.05, spike_z=1e6, shift_z=1e6, cusum_h=1e6),
+        DetectorConfig(spike_z=1e6, shift_z=1e6, cusum_h=1e6),
+    ):
+        det = StreamingDetector(1, cfg)
+        scores = [float(det.update([v])[0]) for v in data]
+        assert scores[-1] < 0.5
+
+
+def test_range_breach_ignores_flat_history_gaps_and_warmup() -> None:
+    cfg = DetectorConfig(range_breach=0.05, warmup=5, spike_z=1e6, shift_z=1e6, cusum_h=1e6)
+    det = StreamingDetector(2, cfg)
+    # series 0 flat, then 1.5: no range to leave, and the baseline views are off;
+    # series 1: warm-up rows, a gap (not counted), a new extreme still in warm-up,
+    # then one beyond everything once warm.
+    rows = [[1.0, float(v)] for v in (0, 10, 0, 10)] + [[1.0, np.nan]] * 3
+    rows += [[1.0, 20.0], [1.5, 30.0]]
+    out = [det.update(r) for r in rows]
+    assert all(float(o[1]) == 0.0 for o in out[:-1])
+    assert float(out[-1][1]) == 1.0
+    assert float(out[-1][0]) < 0.5
+
+
+def test_range_breach_rejects_negative_tolerance() -> None:
+    with pytest.raises(ConfigError, match="range_breach"):
+        DetectorConfig(range_breach=-0.1)

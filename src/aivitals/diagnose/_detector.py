@@ -17,6 +17,12 @@ threshold). A seasonal term (``season`` rows) compares the point with the
 same phase one season ago when that predicts the series better than the
 level does. NaN is a gap: state is carried across it untouched.
 
+An optional *range breach* stage (``range_breach``, off by default) scores 1
+for a value that leaves everything the series has shown so far (its running
+min/max) by more than that fraction of the range: Numenta's "spatial anomaly"
+rule, which catches first-ever extremes that a slowly learnt baseline scale
+under-rates. It is the stage that lifts the NAB score (see docs/diagnose.md).
+
 **Usage**::
 
     det = StreamingDetector(n_series=3)
@@ -71,6 +77,7 @@ class DetectorConfig:
     novelty_z: float = 4.0
     novelty_short: float = 0.5
     novelty_log: bool = False
+    range_breach: float | None = None
 
     def __post_init__(self) -> None:
         for key in (
@@ -92,6 +99,10 @@ class DetectorConfig:
             raise ConfigError(f"DetectorConfig.warmup must be >= 3, got {self.warmup!r}")
         if self.season < 0:
             raise ConfigError(f"DetectorConfig.season must be >= 0, got {self.season!r}")
+        if self.range_breach is not None and not self.range_breach >= 0:
+            raise ConfigError(
+                f"DetectorConfig.range_breach must be >= 0 or None, got {self.range_breach!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -107,6 +118,8 @@ class _State:
     rvar: FloatArray
     rshort: FloatArray
     seen: npt.NDArray[np.int64]
+    low: FloatArray
+    high: FloatArray
     warm: list[FloatArray] = field(default_factory=list)
     history: list[FloatArray] = field(default_factory=list)
     season_err: FloatArray | None = None
@@ -134,6 +147,8 @@ class StreamingDetector:
             rvar=z.copy() + 0.01,
             rshort=z.copy(),
             seen=np.zeros(n_series, dtype=np.int64),
+            low=np.full(n_series, np.inf),
+            high=np.full(n_series, -np.inf),
         )
         if self.config.season:
             self._s.season_err = z.copy()
@@ -152,10 +167,25 @@ class StreamingDetector:
         active = ok & ~warming
         if active.any():
             scores = self._score(x, active)
+            if cfg.range_breach is not None:
+                scores = np.where(self._breach(x, active, cfg.range_breach), 1.0, scores)
+        s.low = np.where(ok, np.fmin(s.low, x), s.low)
+        s.high = np.where(ok, np.fmax(s.high, x), s.high)
         s.seen += ok
         if cfg.season:
             self._remember(x)
         return scores
+
+    def _breach(
+        self, x: FloatArray, active: npt.NDArray[np.bool_], tol: float
+    ) -> npt.NDArray[np.bool_]:
+        """Values beyond the series' whole past range by more than ``tol`` of that range."""
+        s = self._s
+        with np.errstate(over="ignore", invalid="ignore"):
+            span = s.high - s.low
+            out = (x > s.high + tol * span) | (x < s.low - tol * span)
+        # A flat past (span 0) has no range to leave: the baseline views judge it.
+        return active & (span > 0) & np.isfinite(span) & out
 
     def _warm(self, x: FloatArray, mask: npt.NDArray[np.bool_]) -> None:
         s = self._s
