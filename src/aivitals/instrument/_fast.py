@@ -93,7 +93,15 @@ class FastFamily:
                 chosen.append(math.inf)
             self._bounds = tuple(chosen)
 
-    def labels(self, *values: str) -> Any:
+    def labels(self, *values: str, **by_name: str) -> Any:
+        # Same call forms as prometheus_client's labels(), positional or by
+        # name, so a package sharing this family needs not know which it got.
+        if by_name:
+            if values or set(by_name) != set(self.labelnames):
+                raise ValueError(
+                    f"{self.name}: expected labels {self.labelnames}, got {sorted(by_name)}"
+                )
+            values = tuple(by_name[name] for name in self.labelnames)
         key = tuple(str(v) for v in values)
         child = self._children.get(key)
         if child is None:
