@@ -16,6 +16,8 @@ The base package is light: importing it loads neither numpy nor torch.
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 from . import instrument
@@ -50,6 +52,9 @@ from .instrument import (
 )
 
 __all__ = [
+    "AdmissionConfig",
+    "Agent",
+    "AgentConfig",
     "AivitalsError",
     "AlreadyRunning",
     "BackendError",
@@ -60,14 +65,20 @@ __all__ = [
     "ExpositionError",
     "FaultError",
     "FaultRefused",
+    "GuardConfig",
+    "HealthConfig",
     "InstrumentConfig",
     "NotifyError",
     "ParseError",
+    "PrometheusBackend",
     "QueryError",
+    "RuleEngine",
     "RuleError",
     "SampleRejected",
     "ServiceError",
     "SignatureError",
+    "SimGPU",
+    "Store",
     "StoreError",
     "UnsupportedQueryError",
     "__version__",
@@ -78,3 +89,27 @@ __all__ = [
     "model_load",
     "timed_inference",
 ]
+
+
+# Heavier parts (numpy through the store) load on first use, so that a service
+# importing aivitals for instrumentation pays for none of them.
+_LAZY: dict[str, str] = {
+    "AdmissionConfig": "aivitals.protect",
+    "Agent": "aivitals.agent",
+    "AgentConfig": "aivitals.agent",
+    "GuardConfig": "aivitals.protect",
+    "HealthConfig": "aivitals.protect",
+    "PrometheusBackend": "aivitals.tsdb",
+    "RuleEngine": "aivitals.alerts",
+    "SimGPU": "aivitals.collect.gpu",
+    "Store": "aivitals.tsdb",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aivitals' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
