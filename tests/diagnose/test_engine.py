@@ -28,7 +28,7 @@ def _loaded(fault: str | None, seed: int = 1, partial: bool = False) -> tuple[An
         ("connection_flood", "connection_flood", "service"),
         ("disk_io_saturation", "disk_io_saturation", "infrastructure"),
         ("malformed_inputs", "malformed_inputs", "business"),
-        ("redis_down", "dependency_down", "service"),
+        ("redis_down", "redis_down", "infrastructure"),
     ],
 )
 def test_a_fault_is_named_first_with_its_layer(fault: str, expected: str, layer: str) -> None:

@@ -61,8 +61,10 @@ def test_builtin_knowledge_base_has_at_least_25_signatures_covering_the_faults()
     assert len(sigs) >= 25
     assert ids >= CONTRACT_FAULTS
     assert ids >= ISSUE_EXTRAS
-    redis = next(s for s in sigs if s.id == "dependency_down")
-    assert "redis_down" in redis.aliases
+    # redis_down is named by its own signature (the fault's layer); dependency_down is the rest
+    redis = next(s for s in sigs if s.id == "redis_down")
+    assert redis.layer == "infrastructure"
+    assert "redis_down" in next(s for s in sigs if s.id == "dependency_down").aliases
 
 
 def test_every_signature_is_complete_and_every_expression_parses_after_rendering() -> None:

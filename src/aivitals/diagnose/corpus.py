@@ -480,7 +480,7 @@ FAULTS: dict[str, tuple[Fault, str]] = {
     "network_latency": (_net_latency, "network_latency"),
     "host_oom_kill": (_host_oom, "host_oom_kill"),
     "swap_pressure": (_swap, "swap_pressure"),
-    "redis_down": (_redis, "dependency_down"),
+    "redis_down": (_redis, "redis_down"),
     "overlong_inputs": (_overlong, "overlong_inputs"),
     "malformed_inputs": (_malformed, "malformed_inputs"),
     "input_length_shift": (_length_shift, "input_length_shift"),
