@@ -96,6 +96,7 @@ class _State:
     ready: np.ndarray
     redis_ok: np.ndarray
     up: np.ndarray
+    scrape_s: np.ndarray  # the agent's scrape of /metrics, answered on the server's event loop
     counters: dict[str, np.ndarray] = field(default_factory=dict)  # extra error rates per key
     restart_at: int | None = None
     xid_at: int | None = None
@@ -170,6 +171,7 @@ def _baseline(n: int, rng: np.random.Generator) -> _State:
         ready=np.ones(n),
         redis_ok=np.ones(n),
         up=np.ones(n),
+        scrape_s=0.005 * _noise(rng, n, 0.1),
     )
 
 
@@ -272,6 +274,7 @@ def _loop(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None
     s.lat_sigma = s.lat_sigma + 0.4 * r
     s.gpu_util = s.gpu_util * (1 - 0.5 * r)
     s.ready = np.where((r > 0) & (rng.random(s.n) < 0.3), 0.0, s.ready)
+    s.scrape_s = s.scrape_s * (1 + 100 * r)  # /metrics waits behind the blocking handler
 
 
 def _pool(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -804,6 +807,7 @@ def samples(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray, np.
         yield name, labels, ts[keep], v[keep]
     job = {"job": "demo", "instance": "127.0.0.1:8000"}
     yield "up", job, ts, s.up
+    yield "aivitals_scrape_duration_seconds", job, ts[s.up >= 1], s.scrape_s[s.up >= 1]
 
 
 def to_store(
