@@ -59,6 +59,7 @@ def _detector(points: int) -> DetectorConfig:
         return DETECTOR
     return DetectorConfig(rel_floor=DETECTOR.rel_floor, warmup=warmup)
 
+
 _P = "http_request_duration_seconds"
 #: The vital signs watched in every diagnosis: name, layer, PromQL.
 VITALS: tuple[tuple[str, str, str], ...] = (
