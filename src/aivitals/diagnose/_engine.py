@@ -523,7 +523,10 @@ def _evidence(ctx: _Ctx, ev: Evidence) -> EvidenceResult:
 
 
 def _condition(ctx: _Ctx, ev: Evidence, series: Sequence[_Series]) -> EvidenceResult:
-    recent = ctx.times >= ctx.end - ev.recent
+    # on a short window (a compressed validate run) "recent" is its last quarter: the
+    # previous incident's tail at the window's start must not count as holding now
+    span = min(ev.recent, max(4 * ctx.step, 0.25 * (ctx.end - ctx.start)))
+    recent = ctx.times >= ctx.end - span
     baseline = ctx.times < ctx.start + 0.25 * (ctx.end - ctx.start)
     held_series = [s for s in series if np.isfinite(s.values[recent]).any()]
     if not held_series:
