@@ -85,4 +85,4 @@ def test_dead_workers_keep_counts_but_drop_live_gauges(tmp_path: Path) -> None:
 def test_mark_worker_dead_is_harmless_without_multiprocess() -> None:
     from aivitals.instrument import mark_worker_dead
 
-    mark_worker_dead(12345678, None)  # no directory configured: nothing to do
+    assert mark_worker_dead(12345678, None) is None  # no directory configured: nothing to do

@@ -354,8 +354,10 @@ async def test_an_idle_service_admits_even_after_learning_slow_latencies() -> No
     # Otherwise an estimate learnt under overload would refuse everything forever.
     ctl = controller(initial_limit=1, queue_size=4)
     await learn_latency(ctl, 0.05, n=3)
+    admitted = False
     async with ctl.admit(timeout=0.01):
-        pass
+        admitted = ctl.in_flight == 1
+    assert admitted and ctl.in_flight == 0
 
 
 async def test_a_request_granted_too_late_to_finish_is_refused_and_hands_the_slot_on() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ def health_samples(
     return out
 
 
-class BaseCollector:
+class BaseCollector(ABC):
     """Base of the shipped collectors: ``collect()`` never raises.
 
     Subclasses set ``name`` and implement ``_collect``. ``errors`` counts
@@ -86,8 +87,9 @@ class BaseCollector:
         with self._errors_lock:
             return dict(self.errors)
 
-    def _collect(self) -> Iterable[Sample]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _collect(self) -> Iterable[Sample]:
+        """The source-specific part: yield data samples; raise on failure."""
 
     def run(self) -> RunResult:
         """One run: the data samples, without the health series."""

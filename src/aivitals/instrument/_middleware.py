@@ -1,6 +1,6 @@
 """The pure ASGI middleware: request id, HTTP metrics, lifecycle log lines.
 
-Pure ASGI (never ``BaseHTTPMiddleware``): ``receive`` is wrapped to count the
+Pure ASGI (never Starlette's base HTTP middleware class): ``receive`` is wrapped to count the
 body bytes actually received, ``send`` to see the status, the first body byte
 and the response size. Labelled children are looked up once per (method,
 route) and per status and kept, so a request costs a few dict lookups and
