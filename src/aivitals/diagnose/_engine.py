@@ -432,7 +432,9 @@ def _judge(ctx: _Ctx, s: _Series, first: float, score: float) -> _Dev | None:
     """A detected episode that still holds at the end: labels, since, direction, values."""
     if math.isnan(first):
         return None
-    recent = ctx.times >= ctx.end - 60.0
+    # "now" is the last minute, or the last quarter of a short window (a minute would be
+    # all of a 30 s window, its calm start included)
+    recent = ctx.times >= ctx.end - min(60.0, max(4 * ctx.step, 0.25 * (ctx.end - ctx.start)))
     before = s.values[ctx.times < first]
     before = before[np.isfinite(before)]
     now = s.values[recent]
