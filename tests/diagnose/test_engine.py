@@ -212,3 +212,43 @@ def test_an_empty_store_is_healthy_and_lists_every_missing_source() -> None:
     assert d.findings == []
     sources = {u.what.split(":")[0] for u in d.unseen}
     assert {"collect.gpu", "collect.host", "instrument"} <= sources
+
+
+def _steady_store(extra: dict[str, float], seconds: int = 900) -> tuple[Store, float]:
+    """A quiet service plus ``extra`` gauges/counters held constant for ``seconds``."""
+    store = Store()
+    t0 = 1_700_000_000.0
+    for k in range(seconds):
+        t = t0 + k
+        store.append("up", {"job": "demo"}, 1.0, t)
+        for name, value in extra.items():
+            store.append(name, {"gpu": "0", "backend": "sim"}, value, t)
+    return store, t0 + seconds - 1
+
+
+def test_a_sticky_last_xid_gauge_without_new_xids_names_no_xid() -> None:
+    # the sim device keeps gpu_last_xid at 79 after the xid fault; the count stopped rising
+    store, end = _steady_store({"gpu_last_xid": 79.0, "gpu_xid_errors_total": 3.0})
+    d = diagnose(store, end=end, window=600)
+    assert "gpu_xid" not in {f.signature for f in d.findings}
+
+
+def test_a_rising_xid_count_names_gpu_xid() -> None:
+    store, end = _steady_store({"gpu_last_xid": 79.0}, seconds=600)
+    for k in range(120):  # the count rises in the last two minutes
+        store.append(
+            "gpu_xid_errors_total", {"gpu": "0", "xid": "79"}, float(k // 10), end - 119 + k
+        )
+    d = diagnose(store, end=end, window=600)
+    assert "gpu_xid" in {f.signature for f in d.findings}
+
+
+@pytest.mark.parametrize(
+    ("window", "step", "rate"), [(1800.0, 3.0, "60s"), (30.0, 1.0, "7s"), (40.0, 1.0, "10s")]
+)
+def test_the_rate_window_is_a_minute_or_a_quarter_of_a_short_window(
+    window: float, step: float, rate: str
+) -> None:
+    from aivitals.diagnose._engine import _rate_window
+
+    assert _rate_window(window, step) == rate
