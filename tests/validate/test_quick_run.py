@@ -3,9 +3,10 @@ service and the agent, injecting faults through aivitals.chaos and checking
 alerts, diagnosis, logs and resolve.
 
 CI runs the scenarios that passed in two separate runs (docs/validate-report.md);
-a scenario that misses once gets one retry, and every one must then pass. The others are not yet caught by the alerts or
-the diagnosis; they are listed in that report, not hidden here, and moving a
-fault into ``PROVEN`` is how it joins CI.
+a scenario that misses once gets one retry, and every one must then pass.
+The others are not yet caught by the alerts or the diagnosis; they are listed
+in that report, not hidden here, and moving a fault into ``PROVEN`` is how it
+joins CI.
 """
 
 from __future__ import annotations
