@@ -26,7 +26,6 @@ PROVEN = (
     "gpu_oom",
     "gpu_xid",
     "gpu_cotenant",
-    "gpu_contention",
     "worker_pool_saturated",
     "connection_flood",
     "overlong_inputs",
