@@ -11,7 +11,11 @@ figures measured side by side mean anything):
    is counted.
 2. HTTP: the same trivial POST endpoint served by uvicorn (uvloop + httptools,
    one worker pinned to core 0), load from ``wrk`` pinned to core 1, >= 3
-   interleaved rounds. overhead_us = 1e6/rps_variant - 1e6/rps_bare.
+   interleaved rounds, fresh server processes every round (identical servers
+   differ by a few microseconds a request). overhead_us = 1e6/rps_variant -
+   1e6/rps_bare over the median rps of the rounds. Every response must be a
+   200: a variant answering errors (say, a 422 from a mis-declared endpoint)
+   stops the run rather than timing the error path.
 
 The HTTP part also reads the server's CPU time from /proc around each run:
 CPU microseconds per request is what 1e6/rps measures when the server owns
@@ -45,6 +49,12 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# At module level, not inside build_app: with postponed annotations FastAPI
+# resolves ``request: Request`` in the module's globals, and an unresolved
+# name silently turns into a required query parameter (every request a 422).
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -89,8 +99,6 @@ def build_app(variant: str, log_dir: str, *, own_registry: bool = False) -> tupl
     ``own_registry`` gives the Prometheus-based variants a private registry so
     all of them can live in one process (the in-process benchmark).
     """
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
     from prometheus_client import REGISTRY, CollectorRegistry
 
     app = FastAPI()
@@ -148,8 +156,10 @@ def serve(variant: str, port: int, log_dir: str) -> None:
 
 
 # ---- in-process measurement -----------------------------------------------------------
-async def _call(app: Any) -> None:
+async def _call(app: Any) -> int:
+    """One request through ``app``; returns the response status."""
     sent = False
+    status = 0
 
     async def receive() -> dict[str, Any]:
         nonlocal sent
@@ -159,9 +169,12 @@ async def _call(app: Any) -> None:
         return {"type": "http.request", "body": BODY, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
-        return None
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
 
     await app(dict(SCOPE), receive, send)
+    return status
 
 
 async def _block(app: Any, writer: Any, calls: int) -> float:
@@ -180,7 +193,10 @@ def micro_benchmark(blocks: int, calls: int) -> dict[str, dict[str, float]]:
 
     async def run() -> dict[str, list[float]]:
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        for app, writer in apps.values():
+        for variant, (app, writer) in apps.items():
+            status = await _call(app)
+            if status != 200:  # a benchmark of the error path would measure nothing useful
+                raise SystemExit(f"{variant}: the endpoint answered {status}, not 200")
             await _block(app, writer, 300)  # warm up
         for b in range(blocks):
             shift = b % len(VARIANTS)
@@ -279,6 +295,8 @@ def run_wrk(
     cpu = cpu_seconds(proc.pid) - cpu0
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     requests = int(_find(r"(\d+) requests in", out))
+    if errors:  # an error path costs differently: the comparison would mean nothing
+        raise SystemExit(f"port {port}: {errors.group(1)} of {requests} responses were not 2xx")
     return {
         "rps": float(_find(r"Requests/sec:\s+([\d.]+)", out)),
         "p50_ms": _ms(_find(r"\s50%\s+(\S+)", out)),
@@ -296,26 +314,36 @@ def http_benchmark(rounds: int, duration: float, connections: int) -> dict[str, 
     log_dir = tempfile.mkdtemp(prefix="aivitals-bench-")
     script = os.path.join(log_dir, "post.lua")
     Path(script).write_text(LUA)
-    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     try:
-        for v in VARIANTS:
-            servers[v] = start_server(v, log_dir)
-            run_wrk(servers[v], 1, connections, script)  # warm up
         for r in range(rounds):
-            order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
-            for v in order:
-                runs[v].append(run_wrk(servers[v], duration, connections, script))
-                print(f"  round {r + 1} {v:20s} {runs[v][-1]['rps']:9.0f} req/s", flush=True)
+            # Fresh server processes every round: two identical servers differ by
+            # several microseconds a request (memory layout, hash seeds), so one
+            # process per variant for the whole run would bias the comparison.
+            servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+            try:
+                for v in VARIANTS:
+                    servers[v] = start_server(v, log_dir)
+                for v in VARIANTS:
+                    run_wrk(servers[v], 1, connections, script)  # warm up
+                order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
+                for v in order:
+                    runs[v].append(run_wrk(servers[v], duration, connections, script))
+                    print(f"  round {r + 1} {v:20s} {runs[v][-1]['rps']:9.0f} req/s", flush=True)
+            finally:
+                for proc, _ in servers.values():
+                    stop_server(proc)
     finally:
-        for proc, _ in servers.values():
-            stop_server(proc)
         shutil.rmtree(log_dir, ignore_errors=True)
     out: dict[str, dict[str, Any]] = {}
     for v in VARIANTS:
         out[v] = {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]}
         out[v]["rounds_rps"] = [r["rps"] for r in runs[v]]
         out[v]["rounds_cpu_us"] = [round(r["cpu_us_per_request"], 2) for r in runs[v]]
+        # the same round's bare server as reference, then the median over rounds
+        out[v]["paired_overhead_us"] = statistics.median(
+            1e6 / x["rps"] - 1e6 / b["rps"] for x, b in zip(runs[v], runs["bare"], strict=True)
+        )
     bare = out["bare"]["rps"]
     for v in VARIANTS:
         out[v]["overhead_us"] = 1e6 / out[v]["rps"] - 1e6 / bare
@@ -327,8 +355,8 @@ def http_benchmark(rounds: int, duration: float, connections: int) -> dict[str, 
 # ---- report ---------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description="aivitals instrumentation overhead")
-    parser.add_argument("--rounds", type=int, default=3, help="HTTP rounds (>= 3)")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=8, help="HTTP rounds (>= 3)")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--blocks", type=int, default=40, help="in-process blocks per variant")
     parser.add_argument("--calls", type=int, default=500, help="in-process calls per block")

@@ -33,3 +33,58 @@ def test_protect_and_instrument_share_queue_families_in_either_order() -> None:
         text = generate_latest(registry).decode()
         assert 'queue_length{queue="pool"} 3.0' in text
         assert 'queue_length{queue="admission"} 1.0' in text
+
+
+def test_one_lock_request_record_equals_the_separate_observations() -> None:
+    from aivitals.instrument._fast import is_lean, observe_request
+
+    def families(registry: CollectorRegistry) -> list[object]:
+        names = (
+            "http_requests_in_flight",
+            "http_request_duration_seconds",
+            "http_request_body_size_bytes",
+            "http_response_body_size_bytes",
+        )
+        return [family(n, registry) for n in names]
+
+    one, separate = CollectorRegistry(), CollectorRegistry()
+    texts = []
+    for registry, combined in ((one, True), (separate, False)):
+        flight, duration, body, response = families(registry)
+        f = flight.labels("POST", "/v1/x")  # type: ignore[attr-defined]
+        d = duration.labels("POST", "/v1/x", "2xx", "200")  # type: ignore[attr-defined]
+        b = body.labels("POST", "/v1/x")  # type: ignore[attr-defined]
+        r = response.labels("POST", "/v1/x")  # type: ignore[attr-defined]
+        assert is_lean(f, d, b, r)
+        for seconds, nbody, nresp in ((0.003, 40, 7), (0.25, 0, 1_000_000), (99.0, 5e9, 0)):
+            f.inc()
+            if combined:
+                observe_request(f, d, seconds, b, nbody, r, nresp)
+            else:
+                f.dec()
+                d.observe(seconds)
+                b.observe(nbody)
+                r.observe(nresp)
+        texts.append(generate_latest(registry).decode())
+    assert texts[0] == texts[1]
+    assert 'http_requests_in_flight{method="POST",route="/v1/x"} 0.0' in texts[0]
+    assert "http_request_duration_seconds_count{" in texts[0]
+
+
+def test_generated_request_ids_are_unique_and_change_prefix_after_fork() -> None:
+    import os
+
+    from aivitals.instrument._middleware import _ids
+
+    first = {f"{_ids.prefix}{next(_ids.counter):012x}" for _ in range(1000)}
+    assert len(first) == 1000 and all(len(i) == 32 for i in first)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports its prefix and leaves at once
+        os.write(write, _ids.prefix.encode())
+        os._exit(0)
+    os.close(write)
+    child_prefix = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child_prefix) == 20 and child_prefix != _ids.prefix

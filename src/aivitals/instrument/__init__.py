@@ -19,7 +19,7 @@ from typing import Any
 
 from ._abort import InferenceAborted, abort_request, active_requests
 from ._config import InstrumentConfig
-from ._context import REQUEST_ID, REQUEST_STATE, ROUTE, RequestState, current_request_id
+from ._context import REQUEST_ID, REQUEST_STATE, RequestState, current_request_id
 from ._exposition import WorkerProcessCollector, mark_worker_dead, metrics_app
 from ._inference import (
     InferenceCall,
@@ -43,7 +43,6 @@ __all__ = [
     "OTHER",
     "REQUEST_ID",
     "REQUEST_STATE",
-    "ROUTE",
     "UNMATCHED",
     "AivitalsMiddleware",
     "CardinalityGuard",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["REQUEST_ID", "REQUEST_STATE", "ROUTE", "RequestState", "current_request_id"]
+__all__ = ["REQUEST_ID", "REQUEST_STATE", "RequestState", "current_request_id"]
 
-#: The current request's id (honoured from ``X-Request-ID`` or generated).
+#: A request id bound outside the middleware (protection used alone, a job
+#: runner); inside an instrumented request the id lives on ``REQUEST_STATE``,
+#: so the middleware sets one context variable a request, not two. Read the
+#: id in force with ``current_request_id()``.
 REQUEST_ID: ContextVar[str | None] = ContextVar("aivitals_request_id", default=None)
-#: The route template of the current request (``/v1/items/{id}``), once matched.
-ROUTE: ContextVar[str | None] = ContextVar("aivitals_route", default=None)
 
 
 class RequestState:
@@ -33,10 +34,13 @@ class RequestState:
         "max_new_tokens",
         "model_version",
         "request_id",
+        "route",
     )
 
-    def __init__(self, request_id: str | None = None) -> None:
+    def __init__(self, request_id: str | None = None, route: str | None = None) -> None:
         self.request_id = request_id
+        #: the route template (``/v1/items/{id}``) the middleware matched
+        self.route = route
         self.model_version: str | None = None
         self.input_token_count: int | None = None
         self.max_new_tokens: int | None = None
@@ -51,4 +55,7 @@ REQUEST_STATE: ContextVar[RequestState | None] = ContextVar("aivitals_request_st
 
 def current_request_id() -> str | None:
     """The id of the request being served in this task or thread, if any."""
+    state = REQUEST_STATE.get()
+    if state is not None and state.request_id:
+        return state.request_id
     return REQUEST_ID.get()

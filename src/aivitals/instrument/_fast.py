@@ -26,42 +26,46 @@ from prometheus_client.utils import floatToGoString
 
 from ..signals import MetricSpec, MetricType
 
-__all__ = ["FastFamily"]
+__all__ = ["FastFamily", "is_lean", "observe_request"]
+
+
+#: One lock for every lean child: updates hold it for a few bytecodes, so
+#: sharing costs nothing measurable, and it lets ``observe_request`` record a
+#: whole request's observations under one acquisition instead of four.
+_LOCK = threading.Lock()
 
 
 class _Histogram:
-    __slots__ = ("bounds", "counts", "lock", "total")
+    __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * len(bounds)
         self.total = 0.0
-        self.lock = threading.Lock()
 
     def observe(self, value: float) -> None:
         index = bisect_left(self.bounds, value)  # first bound >= value, as "le" means
-        with self.lock:
+        with _LOCK:
             self.counts[index] += 1
             self.total += value
 
     def snapshot(self) -> tuple[list[int], float]:
-        with self.lock:
+        with _LOCK:
             return list(self.counts), self.total
 
 
 class _Value:
-    __slots__ = ("lock", "value")
+    __slots__ = ("value",)
 
     def __init__(self) -> None:
         self.value = 0.0
-        self.lock = threading.Lock()
 
     def inc(self, amount: float = 1.0) -> None:
-        with self.lock:
+        with _LOCK:
             self.value += amount
 
     def dec(self, amount: float = 1.0) -> None:
-        with self.lock:
+        with _LOCK:
             self.value -= amount
 
     def set(self, value: float) -> None:
@@ -74,8 +78,40 @@ class _Counter(_Value):
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError(f"counters only go up; inc({amount!r}) refused")
-        with self.lock:
+        with _LOCK:
             self.value += amount
+
+
+def is_lean(*children: object) -> bool:
+    """Whether all of these children are this module's (not prometheus_client's)."""
+    return all(isinstance(c, _Histogram | _Value) for c in children)
+
+
+def observe_request(
+    in_flight: _Value,
+    duration: _Histogram,
+    seconds: float,
+    body: _Histogram,
+    body_bytes: float,
+    response: _Histogram,
+    response_bytes: float,
+) -> None:
+    """The end of one HTTP request, recorded under one lock acquisition.
+
+    Equivalent to ``in_flight.dec(); duration.observe(seconds);
+    body.observe(body_bytes); response.observe(response_bytes)``.
+    """
+    i = bisect_left(duration.bounds, seconds)
+    j = bisect_left(body.bounds, body_bytes)
+    k = bisect_left(response.bounds, response_bytes)
+    with _LOCK:
+        in_flight.value -= 1.0
+        duration.counts[i] += 1
+        duration.total += seconds
+        body.counts[j] += 1
+        body.total += body_bytes
+        response.counts[k] += 1
+        response.total += response_bytes
 
 
 class FastFamily:

@@ -28,7 +28,7 @@ from .. import signals
 from ..errors import ConfigError
 from . import _abort
 from ._abort import InferenceAborted
-from ._context import REQUEST_ID, REQUEST_STATE
+from ._context import REQUEST_STATE, current_request_id
 from ._labels import CardinalityGuard, normalize_version
 from ._logging import log_event
 from ._metrics import family
@@ -319,7 +319,7 @@ class InferenceCall:
 
     def _begin(self) -> None:
         if self.request_id is None:
-            self.request_id = REQUEST_ID.get()
+            self.request_id = current_request_id()
         cuda = _cuda_index(self.device, self._inputs)
         children = _per_registry(self._registry).get(
             self.model, self.version, _device_label(self.device, cuda)

@@ -151,7 +151,7 @@ def _capture(record: logging.LogRecord) -> None:
         ctx: tuple[Any, ...] = (REQUEST_ID.get(), None, None, None, None)
     else:
         ctx = (
-            REQUEST_ID.get() or state.request_id,
+            state.request_id or REQUEST_ID.get(),
             state.model_version,
             state.input_token_count,
             state.gpu_device_id,
@@ -165,7 +165,7 @@ def _context() -> tuple[Any, ...]:
     if state is None:
         return (REQUEST_ID.get(), None, None, None, None)
     return (
-        REQUEST_ID.get() or state.request_id,
+        state.request_id or REQUEST_ID.get(),
         state.model_version,
         state.input_token_count,
         state.gpu_device_id,

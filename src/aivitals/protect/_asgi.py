@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from aivitals.instrument._context import REQUEST_ID
+from aivitals.instrument._context import REQUEST_ID, current_request_id
 from aivitals.signals import ERROR_CODES, ErrorCode
 
 __all__ = [
@@ -59,7 +59,7 @@ def ensure_request_id(scope: Scope) -> str:
     The instrumentation middleware normally sets it first; used alone, the
     protection layer honours a sane ``X-Request-ID`` or makes one up.
     """
-    current = REQUEST_ID.get()
+    current = current_request_id()
     if current:
         return current
     raw = header(scope, b"x-request-id")
