@@ -89,17 +89,23 @@ class MalformedInputs(Fault):
 
 class TrafficSurge(Fault):
     """Extra open-loop load at ``factor`` times the context's ``base_rate`` on
-    ``/v1/embeddings`` (``completions`` 1 for streaming completions instead)."""
+    ``/v1/embeddings`` (``completions`` 1 for streaming completions instead).
+
+    A surge is new traffic: the prompts are distinct (``distinct`` of them,
+    cycled), so a response cache in front of the model does not absorb it as
+    it would a replay of a few requests.
+    """
 
     name = "traffic_surge"
-    params = {"factor": (5, 1.1, 1000), "completions": (0, 0, 1)}
+    params = {"factor": (5, 1.1, 1000), "completions": (0, 0, 1), "distinct": (4096, 1, 100_000)}
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         rng = random.Random()
+        n = int(self.values["distinct"])
         if self.values["completions"]:
-            specs = [completions_request(make_prompt(32, rng=rng), 16) for _ in range(16)]
+            specs = [completions_request(make_prompt(32, rng=rng), 16) for _ in range(n)]
         else:
-            specs = [embeddings_request(make_prompt(24, rng=rng)) for _ in range(64)]
+            specs = [embeddings_request(make_prompt(24, rng=rng)) for _ in range(n)]
         rate = self.values["factor"] * ctx.base_rate
         pid = client_load(self, ctx, specs, rate=rate)
         return FaultEffect(client_url=ctx.target, details={"pid": pid, "rate": rate})

@@ -144,8 +144,9 @@ def _scenario(
     plan = LoadPlan()
     stack.service.wait_ready(60.0)
     t_base = time.time()
-    base = LoadPhase(stack.service.url, plan).start(max_seconds=config.phase("baseline") + 60)
-    time.sleep(config.phase("baseline"))
+    baseline = _baseline(config, s)
+    base = LoadPhase(stack.service.url, plan).start(max_seconds=baseline + 60)
+    time.sleep(baseline)
     base.stop()
 
     log_offset = _size(stack.service.log_path)
@@ -182,6 +183,12 @@ def _scenario(
 
     runner.stop(active)
     _recover(stack, alerts, config, result, echo, fired)
+
+
+def _baseline(config: ValidateConfig, s: Scenario) -> float:
+    if config.quick and config.baseline is None and s.quick_baseline is not None:
+        return s.quick_baseline
+    return config.phase("baseline")
 
 
 def _fault_max(config: ValidateConfig, s: Scenario) -> float:
