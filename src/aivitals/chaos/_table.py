@@ -107,7 +107,7 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "disk_io_saturation",
         "infrastructure",
         ("DiskSaturated",),
-        "heavy synchronous writes saturate the disk (fio or Python), bounded size",
+        "heavy direct writes saturate the disk (fio or Python), bounded size",
     ),
     (
         "network_loss",
