@@ -109,6 +109,8 @@ def test_every_field_from_a_fake_tree(tmp_path: Path) -> None:
     assert got["host_network_receive_bytes_total"][(("interface", "eth0"),)] == 5000000
     assert got["host_network_receive_drops_total"][(("interface", "eth0"),)] == 7
     assert got["host_network_transmit_errors_total"][(("interface", "eth0"),)] == 1
+    assert got["host_network_receive_packets_total"][(("interface", "eth0"),)] == 4000
+    assert got["host_network_transmit_packets_total"][(("interface", "eth0"),)] == 2000
     assert got["host_tcp_retransmitted_segments_total"][()] == 17
     assert got["host_tcp_out_segments_total"][()] == 5458
     tcp = got["host_tcp_connections"]

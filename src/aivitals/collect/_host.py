@@ -147,9 +147,11 @@ class HostCollector(BaseCollector):
     def _net(self) -> list[Sample]:
         names = (
             "host_network_receive_bytes_total",
+            "host_network_receive_packets_total",
             "host_network_receive_errors_total",
             "host_network_receive_drops_total",
             "host_network_transmit_bytes_total",
+            "host_network_transmit_packets_total",
             "host_network_transmit_errors_total",
             "host_network_transmit_drops_total",
         )

@@ -108,15 +108,16 @@ def parse_diskstats(text: str) -> dict[str, tuple[int, int, int, int, int]]:
     return out
 
 
-def parse_net_dev(text: str) -> dict[str, tuple[int, int, int, int, int, int]]:
-    """Per interface: rx bytes, rx errs, rx drop, tx bytes, tx errs, tx drop."""
-    out: dict[str, tuple[int, int, int, int, int, int]] = {}
+def parse_net_dev(text: str) -> dict[str, tuple[int, ...]]:
+    """Per interface: rx bytes, rx packets, rx errs, rx drop, tx bytes, tx packets, tx errs,
+    tx drop."""
+    out: dict[str, tuple[int, ...]] = {}
     for line in text.splitlines()[2:]:
         name, sep, rest = line.partition(":")
         f = rest.split()
         if not sep or len(f) < 12:
             raise ValueError(f"unexpected /proc/net/dev line {line!r}")
-        out[name.strip()] = (int(f[0]), int(f[2]), int(f[3]), int(f[8]), int(f[10]), int(f[11]))
+        out[name.strip()] = tuple(int(f[i]) for i in (0, 1, 2, 3, 8, 9, 10, 11))
     return out
 
 

@@ -460,6 +460,23 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
     ("host_disk_writes_completed_total", C, "operations", INFRA, ("device",), "Writes completed."),
     ("host_network_receive_bytes_total", C, "bytes", INFRA, ("interface",), "Bytes received."),
     ("host_network_transmit_bytes_total", C, "bytes", INFRA, ("interface",), "Bytes sent."),
+    (
+        "host_network_receive_packets_total",
+        C,
+        "packets",
+        INFRA,
+        ("interface",),
+        "Packets received.",
+    ),
+    (
+        "host_network_transmit_packets_total",
+        C,
+        "packets",
+        INFRA,
+        ("interface",),
+        "Packets sent (on lo: the loopback share of TCP's segments, left out of the "
+        "retransmit ratio).",
+    ),
     ("host_network_receive_errors_total", C, "errors", INFRA, ("interface",), "Receive errors."),
     ("host_network_transmit_errors_total", C, "errors", INFRA, ("interface",), "Transmit errors."),
     ("host_network_receive_drops_total", C, "packets", INFRA, ("interface",), "Receive drops."),

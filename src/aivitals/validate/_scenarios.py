@@ -94,7 +94,7 @@ _LIST: tuple[Scenario, ...] = (
         quick_params={"mib_per_request": 24, "max_mib": 3072},
     ),
     Scenario("disk_io_saturation", quick_params={"size_mib": 1024, "jobs": 4}),
-    Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 20}, needs=_root_net),
+    Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 30}, needs=_root_net),
     Scenario("network_latency", quick_params={"delay_ms": 300}, needs=_root_net),
     Scenario("redis_down", error_codes=("DEPENDENCY_DOWN",), needs=_redis),
     Scenario(
