@@ -65,6 +65,25 @@ def test_agent_bad_interval(capsys: pytest.CaptureFixture[str]) -> None:
     assert "ConfigError: interval: 'soon' is not a duration" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--probe", "nourl"], "expected NAME=URL"),
+        (["--probe", "a=http://127.0.0.1:1/", "--probe", "a=http://127.0.0.1:2/"], "twice"),
+        (["--probe", "a=ftp://127.0.0.1/"], "is not an http(s) URL"),
+        (
+            ["--probe", "a=http://127.0.0.1:1/", "--probe-timeout", "5s"],
+            "below the collector timeout",
+        ),
+    ],
+)
+def test_agent_bad_probe(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["agent", "--gpu", "none", "--listen", "127.0.0.1:0", *argv])
+    assert info.value.code in (1, 2)
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_agent_command_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()

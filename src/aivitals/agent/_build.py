@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from ..collect import Collector, HostCollector, KernelLogCollector, ProcessCollector
+from ..collect import (
+    Collector,
+    HostCollector,
+    HTTPProbeCollector,
+    KernelLogCollector,
+    ProcessCollector,
+)
 from ..collect.gpu import NvmlBackend, gpu_collector
 from ._config import AgentConfig
 
@@ -10,7 +16,8 @@ __all__ = ["build_collectors"]
 
 
 def build_collectors(config: AgentConfig) -> list[Collector]:
-    """host, process (with pid or port), gpu (unless none is found), kernel log, extras."""
+    """host, process (with pid or port), gpu (unless none is found), kernel log, probes,
+    extras."""
     ports = [*config.tcp_ports, *([config.port] if config.port else [])]
     out: list[Collector] = [HostCollector(proc=config.proc, sys=config.sys, ports=ports)]
     if config.pid is not None or config.port is not None:
@@ -23,5 +30,7 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
         if gpu is not None and isinstance(gpu.backend, NvmlBackend):
             pci = gpu.backend.pci_bus_ids  # so kernel Xids carry the same gpu index
         out.append(KernelLogCollector(pci_to_gpu=pci))
+    if config.probes:
+        out.append(HTTPProbeCollector(config.probes, timeout=config.probe_deadline))
     out += config.extra_collectors
     return out

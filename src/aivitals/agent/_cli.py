@@ -29,6 +29,16 @@ __all__ = ["agent"]
 @click.option("--interval", default="1s", show_default=True, help="Period of the collectors.")
 @click.option("--retention", default="1h", show_default=True, help="How long the store keeps.")
 @click.option("--no-kernel-log", is_flag=True, help="Do not read the kernel log.")
+@click.option(
+    "--probe",
+    "probes",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Probe URL over HTTP each interval, as a caller would (repeat).",
+)
+@click.option(
+    "--probe-timeout", help="Give up on a probe after this (default: 3/4 of the collector timeout)."
+)
 def agent(
     listen: str,
     allow_remote: bool,
@@ -42,6 +52,8 @@ def agent(
     interval: str,
     retention: str,
     no_kernel_log: bool,
+    probes: tuple[str, ...],
+    probe_timeout: str | None,
 ) -> None:
     """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.
 
@@ -60,8 +72,24 @@ def agent(
         interval=parse_duration("interval", interval),
         retention=parse_duration("retention", retention),
         kernel_log=not no_kernel_log,
+        probes=_probes(probes),
+        probe_timeout=(
+            None if probe_timeout is None else parse_duration("probe-timeout", probe_timeout)
+        ),
     )
     run_until_signal(Agent(config))
+
+
+def _probes(given: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in given:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise click.BadParameter(f"{item!r}: expected NAME=URL", param_hint="--probe")
+        if name in out:
+            raise click.BadParameter(f"probe {name!r} given twice", param_hint="--probe")
+        out[name] = url
+    return out
 
 
 def run_until_signal(the_agent: Agent) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -90,6 +90,8 @@ class AgentConfig:
     targets' (15 s, Prometheus's default). ``collector_timeout`` marks a run
     that has not returned by then as failed (``reason="timeout"``).
     ``exporter`` only collects and serves ``/metrics``: no store, no query API.
+    ``probes`` (name -> URL) are blackbox HTTP probes, run at ``interval``:
+    the service as its callers see it (``probe_success``, ``probe_duration_seconds``).
     """
 
     listen: str = "127.0.0.1:9464"
@@ -112,6 +114,8 @@ class AgentConfig:
     proc: str = "/proc"
     sys: str = "/sys"
     extra_collectors: Sequence[Collector] = field(default_factory=tuple)
+    probes: Mapping[str, str] = field(default_factory=dict)
+    probe_timeout: float | None = None
 
     def __post_init__(self) -> None:
         parse_listen(self.listen, allow_remote=self.allow_remote)
@@ -119,6 +123,15 @@ class AgentConfig:
             value = getattr(self, key)
             if not (isinstance(value, int | float) and value > 0):
                 raise ConfigError(f"{key}: must be a number of seconds > 0, got {value!r}")
+        if self.probe_timeout is not None and not (
+            isinstance(self.probe_timeout, int | float) and 0 < self.probe_timeout < self.timeout
+        ):
+            # a probe that outlasts the collector's run timeout would mark the
+            # collector down, when only its target is slow
+            raise ConfigError(
+                f"probe_timeout: must be > 0 and below the collector timeout "
+                f"({self.timeout:g} s), got {self.probe_timeout!r}"
+            )
         if self.collector_timeout is not None and not self.collector_timeout > 0:
             raise ConfigError(f"collector_timeout: must be > 0, got {self.collector_timeout!r}")
         if self.gpu not in GPU_CHOICES:
@@ -146,6 +159,11 @@ class AgentConfig:
     def timeout(self) -> float:
         """The per-run collector timeout (default: the interval, at least 2 s)."""
         return self.collector_timeout or max(2.0, self.interval)
+
+    @property
+    def probe_deadline(self) -> float:
+        """A probe's timeout: as given, else three quarters of the collector timeout."""
+        return self.probe_timeout or 0.75 * self.timeout
 
     @property
     def sim_dir(self) -> str:

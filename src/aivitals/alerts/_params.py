@@ -101,6 +101,10 @@ class PackParams:
     disk_util_ratio: float = 0.95
     #: Retransmitted / sent TCP segments above this for 5m is P1.
     tcp_retransmit_ratio: float = 0.05
+    #: A blackbox probe (the callers' path) slower than this on average over the short
+    #: window, for 2m, is P2; succeeding less often than probe_success_ratio, P1.
+    probe_latency_seconds: float = 0.5
+    probe_success_ratio: float = 0.9
     #: Interface errors per second above this for 5m is P2.
     network_errors_per_second: float = 0.0
     #: Non-idle share of the host's CPU time (idle and iowait excluded) above this for 5m is P1.
@@ -159,6 +163,7 @@ class PackParams:
             "kv_cache_ratio",
             "disk_util_ratio",
             "tcp_retransmit_ratio",
+            "probe_success_ratio",
             "cpu_busy_ratio",
             "worker_idle_ratio",
             "input_rejection_ratio",

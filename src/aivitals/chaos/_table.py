@@ -118,12 +118,10 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         "network_latency",
         "infrastructure",
-        (),
-        "added latency between client and service (userspace delaying proxy). No alert: "
-        "the delay is added outside the service and its host's counters (the agent scrapes "
-        "the service directly; request time is measured from the first byte received, and "
-        "the proxy adds no loss or retransmits), so only a client-side or blackbox probe "
-        "sees it",
+        ("ProbeLatencyHigh",),
+        "added latency between client and service (userspace delaying proxy). The service's "
+        "own request times start when a request reaches it and do not move; the agent's "
+        "blackbox probe, sent the way the clients come in, sees it",
     ),
     (
         "redis_down",

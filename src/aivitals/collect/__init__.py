@@ -17,6 +17,7 @@ from ._event import Event
 from ._health import BaseCollector, RunResult, health_samples, reason_of
 from ._host import HostCollector
 from ._kernel import DmesgSource, KernelLogCollector, KernelRecord, KmsgSource, classify_line
+from ._probe import HTTPProbeCollector
 from ._process import ProcessCollector, find_listener
 from ._scrape import Scraper, ScrapeResult, translate_exposition
 from ._xid import XID_MEANINGS, xid_meaning
@@ -27,6 +28,7 @@ __all__ = [
     "Collector",
     "DmesgSource",
     "Event",
+    "HTTPProbeCollector",
     "HostCollector",
     "KernelLogCollector",
     "KernelRecord",

@@ -29,10 +29,14 @@ from typing import Any
 
 import httpx
 
+from ..collect import HTTPProbeCollector
 from ..errors import ConfigError, ServiceError
 from ._redis import RedisServer, free_port
 
-__all__ = ["QUICK_RULES", "ServiceProcess", "Stack", "StackConfig", "scale_for"]
+__all__ = ["PROBE_TARGET", "QUICK_RULES", "ServiceProcess", "Stack", "StackConfig", "scale_for"]
+
+#: The agent's blackbox probe of the demo service, as its clients reach it.
+PROBE_TARGET = "client"
 
 #: Rule-pack windows for short runs: every rate() window still spans >= 4 scrapes of 1 s.
 QUICK_RULES: dict[str, Any] = {
@@ -310,7 +314,19 @@ class Stack:
             # by port, not pid: a restarted service keeps its port, so the agent follows it
             port=self.service.port,
             retention=3 * 3600.0,
+            # the callers' view: /healthz probed the way clients come in (retargeted
+            # through a network fault's path while one runs; see probe_via)
+            probes={PROBE_TARGET: self.service.url + "/healthz"},
         )
+
+    def probe_via(self, base_url: str | None) -> None:
+        """Probe the service through ``base_url`` (a fault's client path); None: directly."""
+        if self.agent is None or self.service is None:
+            return
+        url = (base_url or self.service.url).rstrip("/") + "/healthz"
+        for collector in self.agent.collectors:
+            if isinstance(collector, HTTPProbeCollector):
+                collector.retarget(PROBE_TARGET, url)
 
     def _start_agent(self) -> None:
         from ..agent import Agent

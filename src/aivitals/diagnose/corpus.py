@@ -58,6 +58,8 @@ class _State:
     lat_median: np.ndarray
     lat_sigma: np.ndarray
     lat_add: np.ndarray
+    #: a blackbox probe's round trip through the callers' path, seconds
+    probe: np.ndarray
     status: dict[str, np.ndarray]
     queue: np.ndarray
     queue_wait: np.ndarray
@@ -133,6 +135,7 @@ def _baseline(n: int, rng: np.random.Generator) -> _State:
         lat_median=0.25 * _noise(rng, n, 0.03),
         lat_sigma=np.full(n, 0.45),
         lat_add=z.copy(),
+        probe=0.004 * _noise(rng, n, 0.1),
         status={"500": np.full(n, 0.001)},
         queue=np.clip(2.0 * swing + rng.normal(0, 1.0, n), 0, None).round(),
         queue_wait=0.02 * _noise(rng, n, 0.1),
@@ -371,8 +374,10 @@ def _net_loss(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> 
 
 
 def _net_latency(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
+    # delay between callers and the service: only a probe on the callers' path
+    # sees it; the service's own request times start when a request reaches it
     r = _ramp(s.n, at, 5)
-    s.lat_add = s.lat_add + 0.2 * r
+    s.probe = s.probe + 0.3 * r * _noise(rng, s.n, 0.05)
 
 
 def _host_oom(s: _State, at: int, rng: np.random.Generator, ev: list[Event]) -> None:
@@ -768,6 +773,8 @@ def _host(s: _State) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "host_network_receive_drops_total", {"interface": "eth0"}, np.cumsum(s.drops)
     yield "host_network_transmit_drops_total", {"interface": "eth0"}, np.zeros(s.n)
     yield "host_tcp_connections", {"port": "8000", "state": "established"}, np.round(s.conns)
+    yield "probe_duration_seconds", {"target": "client"}, s.probe
+    yield "probe_success", {"target": "client"}, np.ones(s.n)
 
 
 _SERVICE_PREFIXES = (

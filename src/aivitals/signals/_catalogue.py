@@ -491,6 +491,31 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "TCP segments retransmitted (/proc/net/snmp RetransSegs).",
     ),
     (
+        "probe_success",
+        G,
+        "",
+        INFRA,
+        ("target",),
+        "1 when the last blackbox probe of the target got a 2xx/3xx answer in time "
+        "(blackbox_exporter's name).",
+    ),
+    (
+        "probe_duration_seconds",
+        G,
+        "seconds",
+        INFRA,
+        ("target",),
+        "How long the last probe took end to end, as a caller sees it (at most the timeout).",
+    ),
+    (
+        "probe_http_status_code",
+        G,
+        "",
+        INFRA,
+        ("target",),
+        "The HTTP status of the last probe that got an answer.",
+    ),
+    (
         "host_tcp_connections",
         G,
         "connections",

@@ -113,6 +113,7 @@ def _run_all(
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
             finally:
+                stack.probe_via(None)
                 runner.stop_all()
                 result.ended_at = time.time()
             if not stack.service.alive():
@@ -155,6 +156,7 @@ def _scenario(
     span = fault_max + config.phase("recover_max") + 60
     t_fault = time.time()
     active = runner.start(s.fault, duration=span, **params)
+    stack.probe_via(active.client_url)  # the agent's probe takes the clients' path
     phase = LoadPhase(
         active.client_url or stack.service.url,
         plan,
@@ -181,6 +183,7 @@ def _scenario(
     if not stack.service.alive():
         return
 
+    stack.probe_via(None)
     runner.stop(active)
     _recover(stack, alerts, config, result, echo, fired)
 
