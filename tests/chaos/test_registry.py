@@ -153,3 +153,13 @@ def test_run_for_starts_waits_and_reverts(runner_factory, tmp_path: Path) -> Non
         assert 1.0 <= time.monotonic() - t0 < 5
         assert [a.name for a in done] == ["gpu_xid"] and done[0].stopped_at is not None
         assert ticks and runner.run.journal.pending() == []
+
+
+def test_the_docs_fault_table_names_the_alerts_of_the_code_table() -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "chaos.md").read_text()
+    for name, info in FAULT_TABLE.items():
+        row = re.search(rf"\| `{name}` \|[^\n]*\| ([^|\n]*) \|\n", doc)
+        assert row is not None, f"docs/chaos.md has no row for {name}"
+        assert row.group(1).strip() == (", ".join(info.alerts) or "-"), name
