@@ -107,6 +107,8 @@ FAULT_ALERTS = {
     "ModelReloaded",  # cold_start
     "ServiceNotReady",  # cold_start where /readyz is polled
     "TimedOutWorkNotAborted",  # timeouts_not_aborting
+    "ProbeLatencyHigh",  # network_latency (the blackbox probe on the clients' path)
+    "ProbeFailing",  # what the same probe sees when the path drops or the service errs
 }
 
 

@@ -155,6 +155,9 @@ class _FakeStack:
         self.restarts += 1
         self.service.alive_now = True
 
+    def probe_via(self, base_url: str | None) -> None:
+        self.probed = base_url
+
 
 class _FakeRunner:
     stopped = 0
