@@ -79,11 +79,17 @@ def _warm_up(stack: Any, config: ValidateConfig, echo: Echo) -> None:
         return  # a full run's 60 s baseline already covers the ramp
     stack.service.wait_ready(60.0)
     echo(f"warming up for {QUICK_WARM_UP_S:g} s (steady load before the first baseline)")
-    phase = LoadPhase(stack.service.url, LoadPlan()).start(max_seconds=QUICK_WARM_UP_S + 60)
+    _steady_load(stack.service.url, LoadPlan(), QUICK_WARM_UP_S)
+
+
+def _steady_load(url: str, plan: LoadPlan, seconds: float) -> LoadPhase:
+    """The normal load on ``url`` for ``seconds`` (a warm-up or a baseline), stopped."""
+    phase = LoadPhase(url, plan).start(max_seconds=seconds + 60)
     try:
-        time.sleep(QUICK_WARM_UP_S)
+        time.sleep(seconds)
     finally:
         phase.stop()
+    return phase
 
 
 def _demo_rule_params() -> dict[str, Any]:
@@ -164,10 +170,7 @@ def _scenario(
     plan = LoadPlan()
     stack.service.wait_ready(60.0)
     t_base = time.time()
-    baseline = _baseline(config, s)
-    base = LoadPhase(stack.service.url, plan).start(max_seconds=baseline + 60)
-    time.sleep(baseline)
-    base.stop()
+    base = _steady_load(stack.service.url, plan, _baseline(config, s))
 
     log_offset = _size(stack.service.log_path)
     params = s.quick_params if config.quick else s.params
