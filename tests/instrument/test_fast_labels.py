@@ -76,8 +76,9 @@ def test_generated_request_ids_are_unique_and_change_prefix_after_fork() -> None
 
     from aivitals.instrument._middleware import _ids
 
-    first = {f"{_ids.prefix}{next(_ids.counter):012x}" for _ in range(1000)}
-    assert len(first) == 1000 and all(len(i) == 32 for i in first)
+    first = {_ids.new() for _ in range(1000)}
+    assert len(first) == 1000
+    assert all(len(i) == 32 and i.startswith(_ids.prefix) and i.isalnum() for i in first)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child reports its prefix and leaves at once

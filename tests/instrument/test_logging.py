@@ -199,6 +199,27 @@ def test_direct_lines_equal_the_record_path() -> None:
     assert raw[0].split(", ", 1)[1] == raw[3].split(", ", 1)[1]  # byte for byte after ts
 
 
+def test_template_lines_equal_the_dict_encoding_with_and_without_model_fields() -> None:
+    # line() fills cached templates (one with the four model fields as literal
+    # nulls); json of the whole dict is the reference for every value kind
+    formatter = JsonFormatter()
+    fields = {"route": "/x", "n": 3, "t": 1.25, "ok": False, "s": 'q"%\u00e9', "v": None}
+    contexts = [
+        ("rid-1", None, None, None, None),
+        ("rid-2", "v3.2.1", 12, "0", None),
+        (None, None, None, None, "CUDA_OOM"),
+        ("rid-4", None, 7, None, None),
+    ]
+    for ctx in contexts:
+        for payload in (fields, {**fields, "nan": float("nan")}, {"x": [1]}, {}):
+            fast = formatter.line("aivitals.t", "e", ctx, payload, 1_700_000_000.5)
+            slow = formatter._line_via_dict("aivitals.t", "e", ctx, payload, 1_700_000_000.5)
+            assert fast == slow
+            assert fast.startswith('{"ts": "2023-11-14T22:13:20.500Z"')
+            if "nan" not in payload:
+                assert json.loads(fast)["request_id"] == ctx[0]
+
+
 def test_executor_submissions_log_enqueued_with_the_waiting_count() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -24,29 +24,23 @@ class RequestState:
     middleware: the inference context fills it in (a thread-pool endpoint sees
     the same object, since the context is copied, not the object), and the
     ``responded`` line and the JSON formatter read it.
+
+    The fields default at class level, so creating one per request stores two
+    attributes, not eight (this sits on every request's path).
     """
 
-    __slots__ = (
-        "error_code",
-        "gpu_device_id",
-        "gpu_time",
-        "input_token_count",
-        "max_new_tokens",
-        "model_version",
-        "request_id",
-        "route",
-    )
+    #: the route template (``/v1/items/{id}``) the middleware matched
+    route: str | None = None
+    model_version: str | None = None
+    input_token_count: int | None = None
+    max_new_tokens: int | None = None
+    gpu_device_id: str | None = None
+    error_code: str | None = None
+    gpu_time: float = 0.0
 
     def __init__(self, request_id: str | None = None, route: str | None = None) -> None:
         self.request_id = request_id
-        #: the route template (``/v1/items/{id}``) the middleware matched
         self.route = route
-        self.model_version: str | None = None
-        self.input_token_count: int | None = None
-        self.max_new_tokens: int | None = None
-        self.gpu_device_id: str | None = None
-        self.error_code: str | None = None
-        self.gpu_time: float = 0.0
 
 
 #: The current request's ``RequestState`` (None outside a request).

@@ -26,13 +26,13 @@ from prometheus_client.utils import floatToGoString
 
 from ..signals import MetricSpec, MetricType
 
-__all__ = ["FastFamily", "is_lean", "observe_request"]
+__all__ = ["LOCK", "FastFamily", "is_lean", "observe_request"]
 
 
 #: One lock for every lean child: updates hold it for a few bytecodes, so
 #: sharing costs nothing measurable, and it lets ``observe_request`` record a
 #: whole request's observations under one acquisition instead of four.
-_LOCK = threading.Lock()
+LOCK = threading.Lock()
 
 
 class _Histogram:
@@ -45,12 +45,12 @@ class _Histogram:
 
     def observe(self, value: float) -> None:
         index = bisect_left(self.bounds, value)  # first bound >= value, as "le" means
-        with _LOCK:
+        with LOCK:
             self.counts[index] += 1
             self.total += value
 
     def snapshot(self) -> tuple[list[int], float]:
-        with _LOCK:
+        with LOCK:
             return list(self.counts), self.total
 
 
@@ -61,11 +61,11 @@ class _Value:
         self.value = 0.0
 
     def inc(self, amount: float = 1.0) -> None:
-        with _LOCK:
+        with LOCK:
             self.value += amount
 
     def dec(self, amount: float = 1.0) -> None:
-        with _LOCK:
+        with LOCK:
             self.value -= amount
 
     def set(self, value: float) -> None:
@@ -78,7 +78,7 @@ class _Counter(_Value):
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError(f"counters only go up; inc({amount!r}) refused")
-        with _LOCK:
+        with LOCK:
             self.value += amount
 
 
@@ -104,7 +104,7 @@ def observe_request(
     i = bisect_left(duration.bounds, seconds)
     j = bisect_left(body.bounds, body_bytes)
     k = bisect_left(response.bounds, response_bytes)
-    with _LOCK:
+    with LOCK:
         in_flight.value -= 1.0
         duration.counts[i] += 1
         duration.total += seconds

@@ -40,6 +40,7 @@ __all__ = [
     "JsonFormatter",
     "LogWriter",
     "configure_logging",
+    "fast_lane",
     "log_event",
 ]
 
@@ -112,14 +113,14 @@ def log_event(event: str, fields: Mapping[str, Any], logger: logging.Logger = LI
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    lane = _fast_lane(logger)
+    lane = fast_lane(logger)
     if lane is not None:
         lane.emit_line(logger.name, event, fields)
     else:
         logger.handle(_record(logger, event, fields))
 
 
-def _fast_lane(logger: logging.Logger) -> _DroppingQueueHandler | None:
+def fast_lane(logger: logging.Logger) -> _DroppingQueueHandler | None:
     """Our queue handler, when it is the only one the record would reach and nothing filters.
 
     Then the JSON line can be made at once, without a LogRecord: the same line,
@@ -189,7 +190,7 @@ class JsonFormatter(logging.Formatter):
         self.static = dict(static or {})
         self._second = -1
         self._prefix = ""
-        self._templates: dict[tuple[str, str, tuple[Any, ...]], str] = {}
+        self._templates: dict[tuple[str, ...], tuple[str, str]] = {}
 
     def line(
         self,
@@ -203,35 +204,55 @@ class JsonFormatter(logging.Formatter):
 
         The same object ``format`` writes. The common case (no static fields,
         nothing to redact) fills a cached %-template with the values rendered
-        one by one, which costs about half of ``json.dumps`` of the whole dict.
+        one by one, which costs about half of ``json.dumps`` of the whole dict;
+        a second template has the four model fields as literal nulls, since
+        outside a model call they are.
         """
-        if self.static or not (self.log_prompts or PROMPT_FIELDS.isdisjoint(fields)):
+        if self.static:
             return self._line_via_dict(name, event, ctx, fields, created)
-        key = (name, event, tuple(fields))
-        template = self._templates.get(key)
-        if template is None:
-            template = self._template(key)
-            if template is None:
-                return self._line_via_dict(name, event, ctx, fields, created)
-        # most context fields are null outside a model call: skip the call for those
-        values = ["null" if v is None else _scalar(v) for v in ctx]
-        values += [_scalar(v) for v in fields.values()]
-        return template % (self._timestamp(created or time.time()), *values)
+        key = (name, event, *fields)
+        pair = self._templates.get(key)
+        if pair is None:
+            pair = self._template(key)
+        template, nulls = pair
+        if not template:  # a prompt field to redact or a field overriding a fixed key
+            return self._line_via_dict(name, event, ctx, fields, created)
+        rid = ctx[0]
+        values = [
+            self._timestamp(created or time.time()),
+            _encode_str(rid) if type(rid) is str else _scalar(rid),
+        ]
+        if ctx[1:] == _NULLS:
+            template = nulls
+        else:
+            values += [_scalar(v) for v in ctx[1:]]
+        for value in fields.values():
+            # _scalar(), inlined for the common kinds
+            kind = type(value)
+            if kind is str:
+                values.append(_encode_str(value))
+            elif kind is int:
+                values.append(int.__repr__(value))
+            elif kind is float and math.isfinite(value):
+                values.append(float.__repr__(value))
+            else:
+                values.append(_scalar(value))
+        return template % tuple(values)
 
-    def _template(self, key: tuple[str, str, tuple[Any, ...]]) -> str | None:
-        name, event, names = key
-        if len(self._templates) >= 1000 or not all(
-            isinstance(k, str) and k not in _FIXED_KEYS for k in names
-        ):
-            return None  # a field that overrides a fixed key needs the dict's semantics
-        head = (
-            f'{{"ts": "%s", "level": "info", "logger": {_quoted(name)}, "event": {_quoted(event)}'
-        )
-        parts = [head, *(f'"{k}": %s' for k in CONTEXT_FIELDS)]
-        parts += [f"{_quoted(k)}: %s" for k in names]
-        template = ", ".join(parts) + "}"
-        self._templates[key] = template
-        return template
+    def _template(self, key: tuple[str, ...]) -> tuple[str, str]:
+        name, event, *names = key
+        pair = ("", "")
+        if len(self._templates) >= 1000:
+            return pair  # not kept: more distinct field sets than templates are worth
+        if all(isinstance(k, str) and k not in _RESERVED for k in names):
+            head = f'{{"ts": "%s", "level": "info", "logger": {_quoted(name)}, '
+            head += f'"event": {_quoted(event)}, "request_id": %s'
+            tail = "".join(f", {_quoted(k)}: %s" for k in names) + "}"
+            model = "".join(f', "{k}": %s' for k in CONTEXT_FIELDS[1:])
+            nulls = "".join(f', "{k}": null' for k in CONTEXT_FIELDS[1:])
+            pair = (head + model + tail, head + nulls + tail)
+        self._templates[key] = pair
+        return pair
 
     def _line_via_dict(
         self,
@@ -286,10 +307,16 @@ class JsonFormatter(logging.Formatter):
         if second != self._second:  # one strftime per second, not per line
             self._second = second
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._prefix}.{int((created - second) * 1000):03d}Z"
+        return self._prefix + _MILLIS[int((created - second) * 1000)]
 
 
+#: ".000Z" .. ".999Z": the millisecond suffix looked up, not formatted, per line
+_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))
+_NULLS = (None, None, None, None)
 _FIXED_KEYS = frozenset({"ts", "level", "logger", "event", *CONTEXT_FIELDS})
+#: field names a template cannot take: fixed keys (the dict's override
+#: semantics) and prompt fields (redacted on the dict path)
+_RESERVED = _FIXED_KEYS | PROMPT_FIELDS
 _encode_str = json.encoder.encode_basestring  # what ensure_ascii=False writes, in C
 
 
@@ -346,9 +373,19 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
         self.lines_ok = type(target) in _BATCHABLE and isinstance(formatter, JsonFormatter)
         self._json = formatter if isinstance(formatter, JsonFormatter) else JsonFormatter()
 
-    def emit_line(self, name: str, event: str, fields: Mapping[str, Any]) -> None:
-        # only the context is taken here; the writer renders the line, in a batch
-        if not self.buffer.put_nowait((name, event, _context(), fields, time.time())):
+    def emit_line(
+        self,
+        name: str,
+        event: str,
+        fields: Mapping[str, Any],
+        ctx: tuple[Any, ...] | None = None,
+    ) -> None:
+        # only the context is taken here (``ctx``: the caller has it); the
+        # writer renders the line, in a batch
+        buffer = self.buffer
+        if len(buffer.items) < buffer.maxsize:
+            buffer.items.append((name, event, ctx or _context(), fields, time.time()))
+        else:
             self._drop()
 
     def _drop(self) -> None:
@@ -387,13 +424,6 @@ class _Writer(threading.Thread):
         self.stopping = threading.Event()
         self._drain_lock = threading.Lock()  # flush() from another thread must not reorder lines
 
-    def _line(self, event: _Event) -> str:
-        formatter = self.handler.formatter
-        if isinstance(formatter, JsonFormatter):
-            name, kind, ctx, fields, created = event
-            return formatter.line(name, kind, ctx, fields, created)
-        return self.handler.format(_as_record(event))
-
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
             self.drain()
@@ -418,15 +448,22 @@ class _Writer(threading.Thread):
                     record if isinstance(record, logging.LogRecord) else _as_record(record)
                 )
             return
+        formatter = handler.formatter
+        # an _Event is (name, event, ctx, fields, created): line()'s arguments
+        line = formatter.line if isinstance(formatter, JsonFormatter) else None
         lines = []
         for record in batch:
-            if isinstance(record, tuple):
-                lines.append(self._line(record))
-                continue
             try:
-                lines.append(handler.format(record))
+                if isinstance(record, logging.LogRecord):
+                    lines.append(handler.format(record))
+                elif line is not None:
+                    lines.append(line(*record))
+                else:
+                    lines.append(handler.format(_as_record(record)))
             except Exception:
-                handler.handleError(record)
+                handler.handleError(
+                    record if isinstance(record, logging.LogRecord) else _as_record(record)
+                )
         with handler.lock:  # type: ignore[union-attr]
             try:
                 stream.write("\n".join(lines) + "\n")
