@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -35,8 +37,8 @@ def test_protect_and_instrument_share_queue_families_in_either_order() -> None:
         assert 'queue_length{queue="admission"} 1.0' in text
 
 
-def test_one_lock_request_record_equals_the_separate_observations() -> None:
-    from aivitals.instrument._fast import is_lean, observe_request
+def test_pending_request_records_fold_into_the_separate_observations() -> None:
+    from aivitals.instrument._fast import PENDING, fold_pending, is_lean
 
     def families(registry: CollectorRegistry) -> list[object]:
         names = (
@@ -57,10 +59,13 @@ def test_one_lock_request_record_equals_the_separate_observations() -> None:
         r = response.labels("POST", "/v1/x")  # type: ignore[attr-defined]
         assert is_lean(f, d, b, r)
         for seconds, nbody, nresp in ((0.003, 40, 7), (0.25, 0, 1_000_000), (99.0, 5e9, 0)):
-            f.inc()
             if combined:
-                observe_request(f, d, seconds, b, nbody, r, nresp)
+                PENDING.append(f)  # what the middleware appends: started, then finished
+                PENDING.append(((f, b, r), d, seconds, nbody, nresp))
+                if seconds > 1:
+                    fold_pending()  # a fold by the request path; the rest at the scrape
             else:
+                f.inc()
                 f.dec()
                 d.observe(seconds)
                 b.observe(nbody)
@@ -89,3 +94,74 @@ def test_generated_request_ids_are_unique_and_change_prefix_after_fork() -> None
     os.close(read)
     os.waitpid(pid, 0)
     assert len(child_prefix) == 20 and child_prefix != _ids.prefix
+
+
+def test_pending_records_from_many_threads_fold_exactly_and_stay_bounded() -> None:
+    import threading
+
+    from aivitals.instrument._fast import FOLD_AT, PENDING, fold_pending
+
+    registry = CollectorRegistry()
+    f = family("http_requests_in_flight", registry).labels("GET", "/t")
+    d = family("http_request_duration_seconds", registry).labels("GET", "/t", "2xx", "200")
+    b = family("http_request_body_size_bytes", registry).labels("GET", "/t")
+    r = family("http_response_body_size_bytes", registry).labels("GET", "/t")
+    per_thread = 5000
+
+    def requests() -> None:
+        for i in range(per_thread):
+            PENDING.append(f)
+            PENDING.append(((f, b, r), d, 0.01, 10, i % 3))
+            if len(PENDING) >= FOLD_AT:
+                fold_pending()
+
+    def scrapes() -> None:
+        for _ in range(50):
+            generate_latest(registry)  # collect folds concurrently with the appends
+
+    threads = [threading.Thread(target=requests) for _ in range(4)]
+    threads.append(threading.Thread(target=scrapes))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(PENDING) < FOLD_AT + 2 * len(threads)  # bounded between scrapes
+    text = generate_latest(registry).decode()
+    assert 'http_requests_in_flight{method="GET",route="/t"} 0.0' in text
+    assert (
+        'http_request_duration_seconds_count{method="GET",route="/t",status="200",'
+        'status_class="2xx"} 20000.0'
+    ) in text
+    assert 'http_request_body_size_bytes_sum{method="GET",route="/t"} 200000.0' in text
+    assert not PENDING
+
+
+@pytest.mark.anyio
+async def test_a_scrape_during_a_request_counts_it_in_flight() -> None:
+    import asyncio
+
+    import httpx
+
+    import aivitals
+
+    registry = CollectorRegistry()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        started.set()
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    wrapped = aivitals.instrument(app, registry=registry, routes=["/slow"])
+    transport = httpx.ASGITransport(app=wrapped)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        pending = asyncio.create_task(client.get("/slow"))
+        await started.wait()
+        during = generate_latest(registry).decode()
+        release.set()
+        assert (await pending).status_code == 200
+    after = generate_latest(registry).decode()
+    assert 'http_requests_in_flight{method="GET",route="/slow"} 1.0' in during
+    assert 'http_requests_in_flight{method="GET",route="/slow"} 0.0' in after
+    assert 'seconds_count{method="GET",route="/slow",status="200",status_class="2xx"} 1.0' in after

@@ -2,14 +2,18 @@
 
 prometheus_client takes two locks and walks the bucket list per histogram
 observation; a request makes five or six observations, which is most of the
-middleware's cost. These children take one lock and a C bisect, and a
-collector per family renders them as ordinary Prometheus families. In
-multiprocess mode prometheus_client's own classes are used (its values live
-in the shared files).
+middleware's cost. These children use a C bisect under one shared lock, and
+a collector per family renders them as ordinary Prometheus families. The
+middleware does not even take the lock: it appends each request's start and
+end to ``PENDING`` and ``fold_pending`` applies them in batches, at every
+collect (so a scrape is exact) and every ``FOLD_AT`` entries (so memory stays
+bounded). In multiprocess mode prometheus_client's own classes are used (its
+values live in the shared files).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from bisect import bisect_left
@@ -26,7 +30,15 @@ from prometheus_client.utils import floatToGoString
 
 from ..signals import MetricSpec, MetricType
 
-__all__ = ["LOCK", "FastFamily", "is_lean", "observe_request"]
+__all__ = [
+    "FOLD_AT",
+    "LOCK",
+    "PENDING",
+    "FastFamily",
+    "Finished",
+    "fold_pending",
+    "is_lean",
+]
 
 
 #: One lock for every lean child: updates hold it for a few bytecodes, so
@@ -87,31 +99,45 @@ def is_lean(*children: object) -> bool:
     return all(isinstance(c, _Histogram | _Value) for c in children)
 
 
-def observe_request(
-    in_flight: _Value,
-    duration: _Histogram,
-    seconds: float,
-    body: _Histogram,
-    body_bytes: float,
-    response: _Histogram,
-    response_bytes: float,
-) -> None:
-    """The end of one HTTP request, recorded under one lock acquisition.
+#: Requests recorded by the middleware but not yet folded into their lean
+#: children: an in-flight child when a request starts, a ``Finished`` tuple
+#: when it ends. Appending is one atomic deque operation (no lock) on the
+#: request path; ``fold_pending`` applies the batch under ``LOCK``.
+PENDING: collections.deque[Any] = collections.deque()
+#: pending entries that make the request adding the last one fold them
+FOLD_AT = 1024
 
-    Equivalent to ``in_flight.dec(); duration.observe(seconds);
-    body.observe(body_bytes); response.observe(response_bytes)``.
+
+#: What the middleware appends when a request ends (a plain tuple: building a
+#: NamedTuple costs a Python call): its route's (in flight, body size,
+#: response size) children, its duration child (per status), the seconds,
+#: and the body and response sizes.
+Finished = tuple[tuple["_Value", "_Histogram", "_Histogram"], "_Histogram", float, float, float]
+
+
+def fold_pending() -> None:
+    """Apply every pending request start and end to the children, under one lock.
+
+    Run by every lean family's ``collect`` (a scrape sees every request that
+    finished before it) and by the request that fills ``PENDING`` to
+    ``FOLD_AT``, which bounds the memory held between scrapes.
     """
-    i = bisect_left(duration.bounds, seconds)
-    j = bisect_left(body.bounds, body_bytes)
-    k = bisect_left(response.bounds, response_bytes)
     with LOCK:
-        in_flight.value -= 1.0
-        duration.counts[i] += 1
-        duration.total += seconds
-        body.counts[j] += 1
-        body.total += body_bytes
-        response.counts[k] += 1
-        response.total += response_bytes
+        pending = PENDING
+        # entries appended while this runs wait for the next fold
+        for _ in range(len(pending)):
+            entry = pending.popleft()
+            if type(entry) is _Value:  # a request started
+                entry.value += 1.0
+                continue
+            (in_flight, body, response), duration, seconds, body_bytes, response_bytes = entry
+            in_flight.value -= 1.0
+            duration.counts[bisect_left(duration.bounds, seconds)] += 1
+            duration.total += seconds
+            body.counts[bisect_left(body.bounds, body_bytes)] += 1
+            body.total += body_bytes
+            response.counts[bisect_left(response.bounds, response_bytes)] += 1
+            response.total += response_bytes
 
 
 class FastFamily:
@@ -176,6 +202,8 @@ class FastFamily:
         return [self._family()]
 
     def collect(self) -> Iterable[Metric]:
+        if PENDING:
+            fold_pending()
         family = self._family()
         with self._lock:
             children = list(self._children.items())

@@ -14,7 +14,6 @@ import itertools
 import os
 import re
 import secrets
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable, MutableMapping
 from time import perf_counter
 from typing import Any
@@ -25,7 +24,7 @@ from ._abort import abort_request
 from ._config import InstrumentConfig
 from ._context import REQUEST_STATE, RequestState
 from ._exposition import metrics_app
-from ._fast import LOCK, is_lean
+from ._fast import FOLD_AT, PENDING, FastFamily, fold_pending, is_lean
 from ._labels import OTHER, CardinalityGuard
 from ._logging import LIFECYCLE, fast_lane, log_event
 from ._metrics import family
@@ -103,8 +102,11 @@ class _RouteChildren:
         self.ttfb = families["http_time_to_first_byte_seconds"].labels(method, route)
         self.disconnects = families["http_client_disconnects_total"].labels(method, route)
         self.durations: dict[int, Any] = {}
-        # lean children (single-process mode) take the one-lock path at the end
-        self.lean = is_lean(self.in_flight, self.body, self.response)
+        # lean children (single-process mode): requests are recorded through
+        # _fast.PENDING, and this is the route's part of each entry (else None)
+        lean = is_lean(self.in_flight, self.body, self.response)
+        lean = lean and isinstance(families[_DURATION], FastFamily)
+        self.lean = (self.in_flight, self.body, self.response) if lean else None
 
 
 class _Exchange(RequestState):
@@ -300,8 +302,7 @@ class AivitalsMiddleware:
         if children is None:
             children = self._route_children(scope)
         if children.lean:
-            with LOCK:
-                children.in_flight.value += 1.0
+            PENDING.append(children.in_flight)  # started; see _fast.fold_pending
         else:
             children.in_flight.inc()
         ex = _Exchange(
@@ -336,27 +337,16 @@ class AivitalsMiddleware:
             duration = children.durations.get(status)
             if duration is None:
                 duration = self._duration_child(children, status)
-            body_bytes = ex.body_bytes
-            response_bytes = ex.response_bytes
             if children.lean:
-                # observe_request(), inlined: the end of a request under one lock
-                body, response = children.body, children.response
-                i = bisect_left(duration.bounds, seconds)
-                j = bisect_left(body.bounds, body_bytes)
-                k = bisect_left(response.bounds, response_bytes)
-                with LOCK:
-                    children.in_flight.value -= 1.0
-                    duration.counts[i] += 1
-                    duration.total += seconds
-                    body.counts[j] += 1
-                    body.total += body_bytes
-                    response.counts[k] += 1
-                    response.total += response_bytes
+                # a Finished entry; folded in a batch, or at the next scrape
+                PENDING.append((children.lean, duration, seconds, ex.body_bytes, ex.response_bytes))
+                if len(PENDING) >= FOLD_AT:
+                    fold_pending()
             else:
                 children.in_flight.dec()
                 duration.observe(seconds)
-                children.body.observe(body_bytes)
-                children.response.observe(response_bytes)
+                children.body.observe(ex.body_bytes)
+                children.response.observe(ex.response_bytes)
             if ex.first_byte:
                 children.ttfb.observe(ex.first_byte - start)
             if ex.logging_on:
