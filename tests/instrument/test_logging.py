@@ -220,6 +220,67 @@ def test_template_lines_equal_the_dict_encoding_with_and_without_model_fields() 
                 assert json.loads(fast)["request_id"] == ctx[0]
 
 
+def test_route_lines_render_exactly_what_log_event_would_write() -> None:
+    # the middleware's received/responded tuples, rendered from per-route
+    # templates, against the generic line of the same event
+    from enum import IntEnum
+
+    from aivitals.instrument._logging import RequestLines
+
+    class Status(IntEnum):
+        OK = 200
+
+    lines = RequestLines("aivitals.instrument", "POST", '/v1/"odd"/%s/\u00e9')
+    contexts = [("rid", None, None, None, None), ("rid", "v1", 3, "0", "CUDA_OOM"), (None,) * 5]
+    for ctx in contexts:
+        items = [
+            (lines, RequestLines.RECEIVED, ctx, 1_700_000_000.25, 45, True),
+            (lines, RequestLines.RECEIVED, ctx, 1_700_000_000.25, 7, False),
+            (lines, RequestLines.RESPONDED, ctx, 1_700_000_000.25, 200, 1.235, 0.0, 8, False),
+            (lines, RequestLines.RESPONDED, ctx, 1_700_000_000.25, Status.OK, 2.5, 1.0, 0, True),
+            (lines, RequestLines.RESPONDED, ctx, 1.5, 499, float("inf"), float("nan"), 0, True),
+        ]
+        for static in ({}, {"service": "svc"}):
+            formatter = JsonFormatter(static=static)
+            for item in items:
+                assert lines.render(formatter, item) == formatter.line(*lines.event(item))
+    item = (lines, RequestLines.RECEIVED, contexts[1], 1_700_000_000.25, 7, False)
+    parsed = json.loads(lines.render(JsonFormatter(), item))
+    assert parsed["route"] == '/v1/"odd"/%s/\u00e9' and parsed["body_complete"] is False
+    assert parsed["error_code"] == "CUDA_OOM" and parsed["ts"] == "2023-11-14T22:13:20.250Z"
+
+
+@pytest.mark.anyio
+async def test_middleware_lines_equal_with_and_without_the_direct_lane() -> None:
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+
+    @app.post("/v1/echo")
+    async def echo(body: dict[str, Any]) -> dict[str, int]:
+        return {"n": len(body)}
+
+    stream = io.StringIO()
+    writer = configure_logging(stream, registry=reg)
+    logger = logging.getLogger("aivitals.instrument")
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for lane in (True, False):
+                if not lane:
+                    logger.addFilter(lambda record: True)  # a filter: through a LogRecord
+                r = await client.post("/v1/echo", json={"a": 1}, headers={"X-Request-ID": "r"})
+                assert r.status_code == 200
+    finally:
+        logger.filters.clear()
+        writer.stop()
+    parsed = [json.loads(line) for line in stream.getvalue().splitlines()]
+    for line in parsed:
+        line.pop("ts")
+        line.pop("total_time_ms", None)  # received lines have none
+    assert [line["event"] for line in parsed] == ["received", "responded"] * 2
+    assert parsed[:2] == parsed[2:]
+
+
 def test_executor_submissions_log_enqueued_with_the_waiting_count() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

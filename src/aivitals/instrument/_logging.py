@@ -39,6 +39,7 @@ __all__ = [
     "PROMPT_FIELDS",
     "JsonFormatter",
     "LogWriter",
+    "RequestLines",
     "configure_logging",
     "fast_lane",
     "log_event",
@@ -341,6 +342,98 @@ def _scalar(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _float(value: float) -> str:
+    # a finite float is its repr in JSON; inf and nan take the encoder's spelling
+    if type(value) is float and value - value == 0.0:
+        return float.__repr__(value)
+    return _scalar(value)
+
+
+class RequestLines:
+    """The ``received`` and ``responded`` lines of one (method, route), made fast.
+
+    The middleware's two lines per request have the same keys every time and
+    the method and route fixed per route, so everything but the varying values
+    is rendered once here. The writer gets a compact tuple
+    (``(lines, kind, ctx, created, *values)``) and renders it with ``render``;
+    ``event`` turns it back into the ordinary ``log_event`` form for any
+    other handler or formatter. Either way the line is byte for byte the one
+    ``log_event`` would write.
+    """
+
+    RECEIVED = 0
+    RESPONDED = 1
+
+    def __init__(self, logger: str, method: str, route: str) -> None:
+        self.logger = logger
+        self.method = method
+        self.route = route
+        self._received_head, self._responded_head = (
+            f'", "level": "info", "logger": {_encode_str(logger)}, "event": "{kind}", '
+            f'"request_id": '
+            for kind in ("received", "responded")
+        )
+        self._received_keys = (
+            f', "method": {_encode_str(method)}, "route": {_encode_str(route)}, "body_size_bytes": '
+        )
+        self._responded_keys = f', "route": {_encode_str(route)}, "status": '
+
+    def render(self, formatter: JsonFormatter, item: tuple[Any, ...]) -> str:
+        """The JSON line of a buffered ``(self, kind, ctx, created, *values)`` tuple."""
+        if formatter.static:
+            return formatter.line(*self.event(item))
+        ctx = item[2]
+        rid = ctx[0]
+        if ctx[1:] == _NULLS:
+            model = _NULL_MODEL
+        else:
+            pairs = zip(_MODEL_KEYS, ctx[1:], strict=True)
+            model = "".join([f', "{k}": {_scalar(v)}' for k, v in pairs])
+        head = (
+            f'{{"ts": "{formatter._timestamp(item[3])}'
+            f"{self._received_head if item[1] == self.RECEIVED else self._responded_head}"
+            f"{_encode_str(rid) if type(rid) is str else _scalar(rid)}{model}"
+        )
+        # the values' common kinds inline (ints are ints, floats finite); else _scalar
+        if item[1] == self.RECEIVED:
+            n = item[4]
+            line = f"{head}{self._received_keys}{int.__repr__(n) if type(n) is int else _scalar(n)}"
+            return line + "}" if item[5] else line + ', "body_complete": false}'
+        status, total, gpu, size = item[4:8]
+        line = (
+            f"{head}{self._responded_keys}"
+            f"{int.__repr__(status) if type(status) is int else _scalar(status)}"
+            f', "total_time_ms": {_float(total)}, "gpu_time_ms": {_float(gpu)}'
+            f', "response_size_bytes": {int.__repr__(size) if type(size) is int else _scalar(size)}'
+        )
+        return line + ', "client_disconnected": true}' if item[8] else line + "}"
+
+    def event(self, item: tuple[Any, ...]) -> _Event:
+        """The buffered tuple as ``(logger, event, ctx, fields, created)``, as log_event queues."""
+        ctx, created = item[2], item[3]
+        fields: dict[str, Any]
+        if item[1] == self.RECEIVED:
+            fields = {"method": self.method, "route": self.route, "body_size_bytes": item[4]}
+            if not item[5]:
+                fields["body_complete"] = False
+            return (self.logger, "received", ctx, fields, created)
+        status, total_ms, gpu_ms, size, disconnected = item[4:9]
+        fields = {
+            "route": self.route,
+            "status": status,
+            "total_time_ms": total_ms,
+            "gpu_time_ms": gpu_ms,
+            "response_size_bytes": size,
+        }
+        if disconnected:
+            fields["client_disconnected"] = True
+        return (self.logger, "responded", ctx, fields, created)
+
+
+_MODEL_KEYS = CONTEXT_FIELDS[1:]
+_NULL_MODEL = "".join(f', "{k}": null' for k in _MODEL_KEYS)
+
+
 #: what log_event's lane buffers: (logger name, event, context, fields, created)
 _Event = tuple[str, str, tuple[Any, ...], Mapping[str, Any], float]
 
@@ -351,9 +444,9 @@ class _Buffer:
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
         # LogRecords, or (logger, event, context, fields, created) from log_event's lane
-        self.items: collections.deque[logging.LogRecord | _Event] = collections.deque()
+        self.items: collections.deque[logging.LogRecord | tuple[Any, ...]] = collections.deque()
 
-    def put_nowait(self, record: logging.LogRecord | _Event) -> bool:
+    def put_nowait(self, record: logging.LogRecord | tuple[Any, ...]) -> bool:
         if len(self.items) >= self.maxsize:
             return False
         self.items.append(record)
@@ -388,6 +481,14 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
         else:
             self._drop()
 
+    def push(self, item: tuple[Any, ...]) -> None:
+        """Buffer a ``RequestLines`` tuple (the middleware's lines); dropped when full."""
+        buffer = self.buffer
+        if len(buffer.items) < buffer.maxsize:
+            buffer.items.append(item)
+        else:
+            self._drop()
+
     def _drop(self) -> None:
         self.dropped += 1
         self._dropped_metric.inc()
@@ -405,8 +506,15 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             self._drop()
 
 
-def _as_record(event: _Event) -> logging.LogRecord:
-    name, kind, ctx, fields, created = event
+def _as_event(item: tuple[Any, ...]) -> _Event:
+    first = item[0]
+    if type(first) is RequestLines:
+        return first.event(item)
+    return item  # log_event's own (name, event, ctx, fields, created)
+
+
+def _as_record(item: tuple[Any, ...]) -> logging.LogRecord:
+    name, kind, ctx, fields, created = _as_event(item)
     record = _record(logging.getLogger(name), kind, fields)
     record.created = created
     record.__dict__[_CAPTURED] = ctx
@@ -449,17 +557,18 @@ class _Writer(threading.Thread):
                 )
             return
         formatter = handler.formatter
-        # an _Event is (name, event, ctx, fields, created): line()'s arguments
-        line = formatter.line if isinstance(formatter, JsonFormatter) else None
+        json_formatter = formatter if isinstance(formatter, JsonFormatter) else None
         lines = []
         for record in batch:
             try:
                 if isinstance(record, logging.LogRecord):
                     lines.append(handler.format(record))
-                elif line is not None:
-                    lines.append(line(*record))
-                else:
+                elif json_formatter is None:
                     lines.append(handler.format(_as_record(record)))
+                elif type(first := record[0]) is RequestLines:
+                    lines.append(first.render(json_formatter, record))
+                else:  # an _Event is (name, event, ctx, fields, created): line()'s arguments
+                    lines.append(json_formatter.line(*record))
             except Exception:
                 handler.handleError(
                     record if isinstance(record, logging.LogRecord) else _as_record(record)

@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
-from time import perf_counter
+from time import perf_counter, time
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -26,7 +26,7 @@ from ._context import REQUEST_STATE, RequestState
 from ._exposition import metrics_app
 from ._fast import FOLD_AT, PENDING, FastFamily, fold_pending, is_lean
 from ._labels import OTHER, CardinalityGuard
-from ._logging import LIFECYCLE, fast_lane, log_event
+from ._logging import LIFECYCLE, RequestLines, fast_lane, log_event
 from ._metrics import family
 from ._routes import UNMATCHED, RouteResolver
 from ._sinks import REQUEST_SINKS, notify
@@ -90,6 +90,7 @@ class _RouteChildren:
         "in_flight",
         "labels",
         "lean",
+        "lines",
         "response",
         "ttfb",
     )
@@ -102,6 +103,7 @@ class _RouteChildren:
         self.ttfb = families["http_time_to_first_byte_seconds"].labels(method, route)
         self.disconnects = families["http_client_disconnects_total"].labels(method, route)
         self.durations: dict[int, Any] = {}
+        self.lines = RequestLines(LIFECYCLE.name, method, route)
         # lean children (single-process mode): requests are recorded through
         # _fast.PENDING, and this is the route's part of each entry (else None)
         lean = is_lean(self.in_flight, self.body, self.response)
@@ -192,45 +194,49 @@ class _Exchange(RequestState):
 
     def log_received(self) -> None:
         self.received_logged = True
-        method, route = self.children.labels
-        fields = {"method": method, "route": route, "body_size_bytes": self.body_bytes}
-        if self.body_bytes and not self.body_done:
-            fields["body_complete"] = False  # logged at the response: the app read part of it
-        self.log("received", fields)
+        # body_complete: false when the app read only part of the body
+        complete = self.body_done or not self.body_bytes
+        self.log((self.children.lines, 0, self.context(), time(), self.body_bytes, complete))
 
     def log_responded(self, status: int, seconds: float) -> None:
         if not self.received_logged:
             self.log_received()
         # milliseconds to the microsecond; float arithmetic, as round(x, 3)
         # costs a quarter of a microsecond each
-        fields = {
-            "route": self.children.labels[1],
-            "status": status,
-            "total_time_ms": (seconds * 1e6 + 0.5) // 1 / 1000,
-            "gpu_time_ms": (self.gpu_time * 1e6 + 0.5) // 1 / 1000,
-            "response_size_bytes": self.response_bytes,
-        }
-        if self.disconnected and not self.response_done:
-            fields["client_disconnected"] = True
-        self.log("responded", fields)
+        self.log(
+            (
+                self.children.lines,
+                1,
+                self.context(),
+                time(),
+                status,
+                (seconds * 1e6 + 0.5) // 1 / 1000,
+                (self.gpu_time * 1e6 + 0.5) // 1 / 1000,
+                self.response_bytes,
+                self.disconnected and not self.response_done,
+            )
+        )
 
-    def log(self, event: str, fields: dict[str, Any]) -> None:
-        # log_event() with what the request already knows: the lane is looked
-        # up once per request, and the context is this object's fields
-        lane = self.lane
-        if lane is False:
-            lane = self.lane = fast_lane(LIFECYCLE)
-        if lane is None:
-            log_event(event, fields)
-            return
-        ctx = (
+    def context(self) -> tuple[Any, ...]:
+        return (
             self.request_id,
             self.model_version,
             self.input_token_count,
             self.gpu_device_id,
             self.error_code,
         )
-        lane.emit_line(LIFECYCLE.name, event, fields, ctx)
+
+    def log(self, item: tuple[Any, ...]) -> None:
+        # a RequestLines tuple: straight into the writer's buffer when it is
+        # the only handler (looked up once per request), else through log_event
+        lane = self.lane
+        if lane is False:
+            lane = self.lane = fast_lane(LIFECYCLE)
+        if lane is None:
+            _, event, _, fields, _ = self.children.lines.event(item)
+            log_event(event, fields)
+        else:
+            lane.push(item)
 
 
 class AivitalsMiddleware:
