@@ -355,7 +355,7 @@ def http_benchmark(rounds: int, duration: float, connections: int) -> dict[str, 
 # ---- report ---------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description="aivitals instrumentation overhead")
-    parser.add_argument("--rounds", type=int, default=8, help="HTTP rounds (>= 3)")
+    parser.add_argument("--rounds", type=int, default=12, help="HTTP rounds (>= 3)")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--blocks", type=int, default=40, help="in-process blocks per variant")
