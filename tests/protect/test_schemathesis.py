@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+
 import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, settings
@@ -49,6 +53,38 @@ app = protect(
 )
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+def _parse_lambda_sources_now() -> None:
+    """Parse the sources hypothesis reads to describe lambdas, here at a shallow stack.
+
+    Hypothesis describes a strategy's lambdas by parsing their module, lazily,
+    wherever it first needs one: deep inside schemathesis' recursion, where
+    CPython 3.11.7's ast.parse can fail with "SystemError: AST constructor
+    recursion depth mismatch" (fixed in later CPythons), which hypothesis then
+    reports as a flaky test. Its cache of parsed sources is internal, so on
+    any other hypothesis this quietly does nothing.
+    """
+    try:
+        from hypothesis.internal import lambda_sources
+
+        cache = lambda_sources.AST_LAMBDAS_CACHE
+        extract = lambda_sources.extract_all_lambdas
+    except (ImportError, AttributeError):
+        return
+    prefixes = ("schemathesis.", "hypothesis.strategies._internal.", "hypothesis.internal.")
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(prefixes):
+            continue
+        try:
+            lines = tuple(inspect.findsource(module)[0])
+        except (OSError, TypeError):
+            continue
+        if any("lambda" in line for line in lines):
+            cache[lines] = extract(ast.parse("".join(lines)))
+
+
+_parse_lambda_sources_now()
 
 
 @schema.parametrize()
