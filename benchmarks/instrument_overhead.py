@@ -298,12 +298,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _wrk_cmd(port: int, duration: float, connections: int, script: str) -> list[str]:
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s"]
+    return [*cmd, "-s", script, f"http://127.0.0.1:{port}/echo"]
+
+
 def run_wrk(
     server: tuple[subprocess.Popen[bytes], int], duration: float, connections: int, script: str
 ) -> dict[str, float]:
     proc, port = server
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s"]
-    cmd += ["--latency", "-s", script, f"http://127.0.0.1:{port}/echo"]
+    cmd = [*_wrk_cmd(port, duration, connections, script), "--latency"]
     cpu0 = cpu_seconds(proc.pid)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
     cpu = cpu_seconds(proc.pid) - cpu0
@@ -373,11 +377,6 @@ def http_benchmark(
         out[v]["median_rps_overhead_us"] = 1e6 / out[v]["rps"] - 1e6 / bare
         out[v]["throughput_ratio"] = out[v]["rps"] / bare
     return out
-
-
-def _wrk_cmd(port: int, duration: float, connections: int, script: str) -> list[str]:
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s"]
-    return [*cmd, "-s", script, f"http://127.0.0.1:{port}/echo"]
 
 
 def shared_core_benchmark(rounds: int, duration: float, connections: int) -> dict[str, Any]:

@@ -148,18 +148,7 @@ def _capture(record: logging.LogRecord) -> None:
     """Copy the request context onto the record in the emitting thread."""
     if _CAPTURED in record.__dict__:
         return
-    state = REQUEST_STATE.get()
-    if state is None:
-        ctx: tuple[Any, ...] = (REQUEST_ID.get(), None, None, None, None)
-    else:
-        ctx = (
-            state.request_id or REQUEST_ID.get(),
-            state.model_version,
-            state.input_token_count,
-            state.gpu_device_id,
-            state.error_code,
-        )
-    record.__dict__[_CAPTURED] = ctx
+    record.__dict__[_CAPTURED] = _context()
 
 
 def _context() -> tuple[Any, ...]:
@@ -466,23 +455,12 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
         self.lines_ok = type(target) in _BATCHABLE and isinstance(formatter, JsonFormatter)
         self._json = formatter if isinstance(formatter, JsonFormatter) else JsonFormatter()
 
-    def emit_line(
-        self,
-        name: str,
-        event: str,
-        fields: Mapping[str, Any],
-        ctx: tuple[Any, ...] | None = None,
-    ) -> None:
-        # only the context is taken here (``ctx``: the caller has it); the
-        # writer renders the line, in a batch
-        buffer = self.buffer
-        if len(buffer.items) < buffer.maxsize:
-            buffer.items.append((name, event, ctx or _context(), fields, time.time()))
-        else:
-            self._drop()
+    def emit_line(self, name: str, event: str, fields: Mapping[str, Any]) -> None:
+        # only the context is taken here; the writer renders the line, in a batch
+        self.push((name, event, _context(), fields, time.time()))
 
     def push(self, item: tuple[Any, ...]) -> None:
-        """Buffer a ``RequestLines`` tuple (the middleware's lines); dropped when full."""
+        """Buffer a line's tuple (``RequestLines``' or log_event's); dropped when full."""
         buffer = self.buffer
         if len(buffer.items) < buffer.maxsize:
             buffer.items.append(item)
