@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian packages the integration tests and the demo use: real Prometheus,
 # promtool, Alertmanager, VictoriaMetrics, Redis, stress-ng, fio, wrk, nft.
-DEB_PKGS := prometheus prometheus-alertmanager victoria-metrics redis-server stress-ng fio wrk nftables iproute2
+DEB_PKGS := prometheus prometheus-alertmanager victoria-metrics redis-server stress-ng fio wrk nftables iproute2 chromium chromium-driver
 
 .PHONY: demo test lint typecheck unit bench debs clean
 
