@@ -15,7 +15,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from aivitals.instrument._context import REQUEST_ID, current_request_id
+# The public names: protect depends on instrument's API, never on its private modules.
+from aivitals.instrument import REQUEST_ID, current_request_id
 from aivitals.signals import ERROR_CODES, ErrorCode
 
 __all__ = [
