@@ -139,7 +139,7 @@ def test_explicit_requests_are_cycled() -> None:
     assert rep.completed > 0 and set(srv.paths) == {"/v1/completions"}
 
 
-def test_trace_replay_sends_the_trace(shared_dir: object) -> None:
+def test_trace_replay_sends_the_trace() -> None:
     with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:
         rep = run_load(
             LoadConfig(

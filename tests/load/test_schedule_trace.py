@@ -43,7 +43,7 @@ def test_bad_rate_or_duration_is_refused(rate: float, duration: float) -> None:
         poisson_schedule(rate, duration)
 
 
-def test_azure_trace_is_read_with_real_lengths(shared_dir: Path) -> None:
+def test_azure_trace_is_read_with_real_lengths() -> None:
     reqs = load_trace("azure-code", max_prompt_tokens=None, max_output_tokens=None)
     assert len(reqs) == 8819  # data rows in the file (its README says 8,818)
     assert reqs[0].at == 0.0
@@ -53,7 +53,7 @@ def test_azure_trace_is_read_with_real_lengths(shared_dir: Path) -> None:
     assert 3000 < reqs[-1].at < 3700  # about one hour
 
 
-def test_trace_time_scale_duration_and_caps(shared_dir: Path) -> None:
+def test_trace_time_scale_duration_and_caps() -> None:
     full = load_trace("azure-conv", limit=200)
     fast = load_trace("azure-conv", limit=200, time_scale=0.1)
     assert fast[-1].at == pytest.approx(full[-1].at * 0.1)

@@ -11,6 +11,7 @@ import click
 from ._capacity import sweep_capacity
 from ._config import LoadConfig
 from ._run import run_load
+from ._trace import TraceRequest, load_trace
 from ._units import parse_duration
 
 __all__ = ["capacity", "load"]
@@ -66,8 +67,32 @@ def _load_options(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _dry_run_summary(trace: str, reqs: list[TraceRequest], duration: float) -> str:
+    """What a replay of ``reqs`` would send: count, span, rate and token statistics."""
+    span = reqs[-1].at
+    within = sum(1 for r in reqs if r.at < duration)
+
+    def stats(values: list[int]) -> str:
+        ordered = sorted(values)
+        p50 = ordered[len(ordered) // 2]
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        mean = sum(ordered) / len(ordered)
+        return f"mean {mean:.0f}  p50 {p50}  p99 {p99}  max {ordered[-1]}"
+
+    rate = (len(reqs) - 1) / span if span > 0 else float("nan")
+    return "\n".join(
+        [
+            f"trace {trace}: {len(reqs)} requests over {span:.1f} s ({rate:.2f} req/s), "
+            "dry run: nothing sent",
+            f"  within --duration {duration:g} s: {within} requests",
+            f"  prompt tokens: {stats([r.prompt_tokens for r in reqs])}",
+            f"  output tokens: {stats([r.max_tokens for r in reqs])}",
+        ]
+    )
+
+
 @click.command("load")
-@click.argument("url")
+@click.argument("url", required=False)
 @click.option("--rate", type=float, help="Open loop: Poisson arrivals per second.")
 @click.option("--concurrency", type=int, help="Closed loop: requests kept in flight.")
 @click.option("--trace", help="Replay azure-code, azure-conv or a CSV file (open loop).")
@@ -92,9 +117,14 @@ def _load_options(kw: dict[str, Any]) -> dict[str, Any]:
     help="Write the report as JSON.",
 )
 @click.option("--no-progress", is_flag=True)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --trace: read the trace and print its size and token statistics; send nothing.",
+)
 @_common
 def load(
-    url: str,
+    url: str | None,
     rate: float | None,
     concurrency: int | None,
     trace: str | None,
@@ -106,9 +136,19 @@ def load(
     slo_e2e: float | None,
     json_out: Path | None,
     no_progress: bool,
+    dry_run: bool,
     **kw: Any,
 ) -> None:
     """Send open-loop (--rate), closed-loop (--concurrency) or trace load to URL."""
+    if dry_run:
+        if trace is None:
+            raise click.UsageError("--dry-run needs --trace")
+        # The whole trace (the caps the replay applies change no count or span).
+        reqs = load_trace(trace, time_scale=time_scale)
+        click.echo(_dry_run_summary(trace, reqs, parse_duration(duration)))
+        return
+    if url is None:
+        raise click.UsageError("Missing argument 'URL'.")
     config = LoadConfig(
         url=url,
         rate=rate,
