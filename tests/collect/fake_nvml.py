@@ -1,5 +1,5 @@
 """A fake ``pynvml`` module answering with the real H200 readings in
-../shared/fixtures/gpu/h200/nvml.json.
+tests/fixtures/gpu/h200/nvml.json.
 
 Calls the fixture records as failing ("ERR NVMLError_NotSupported: ...") and
 calls it does not record at all raise ``NVMLError`` Not Supported, so the
@@ -10,11 +10,12 @@ a chosen NVML error, and ``xids`` queues Xid events for the event API.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "gpu" / "h200" / "nvml.json"
+from tests._paths import H200
+
+FIXTURE = H200 / "nvml.json"
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6

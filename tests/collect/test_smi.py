@@ -8,8 +8,8 @@ import pytest
 
 from aivitals.collect.gpu import GpuCollector, SmiBackend, parse_compute_apps, parse_query_gpu
 from aivitals.errors import CollectorError
+from tests._paths import H200
 
-H200 = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "gpu" / "h200"
 QUERY = (H200 / "nvidia-smi-query.txt").read_text()  # the real capture, with its "+ cmd" echoes
 APPS = "GPU-0f19b359-80d3-982b-0888-9a84d4c55a92, 4242, /usr/bin/python3, 20480\n"
 

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from aivitals.diagnose import corpus, load_signatures
+from tests._paths import H200 as H200_DIR
 
-H200 = Path(__file__).resolve().parents[2].parent / "shared/fixtures/gpu/h200/scenarios.csv"
+H200 = H200_DIR / "scenarios.csv"
 
 
 def test_every_fault_maps_to_a_signature_of_the_knowledge_base() -> None:
@@ -51,7 +50,6 @@ def test_openmetrics_groups_each_family_and_ends_with_eof() -> None:
     assert len(families) == len(set(families))
 
 
-@pytest.mark.skipif(not H200.is_file(), reason="the H200 recording is not in ../shared")
 def test_h200_scenarios_come_from_the_real_recording() -> None:
     scs = corpus.h200_scenarios(H200)
     assert [s.fault for s in scs] == [

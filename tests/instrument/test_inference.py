@@ -5,7 +5,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from aivitals.instrument import (
     record_kv_cache,
     timed_inference,
 )
+from tests._paths import H200
 
 M = {"model": "m", "model_version": "v3.2.1", "device": "cpu"}
 
@@ -34,8 +34,8 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return 0.0 if value is None else value
 
 
-def _torch_oom_text(shared_dir: Path) -> str:
-    for line in (shared_dir / "fixtures/gpu/h200/leak-stdout.txt").read_text().splitlines():
+def _torch_oom_text() -> str:
+    for line in (H200 / "leak-stdout.txt").read_text().splitlines():
         if line.startswith("OOM_MSG "):
             return line[len("OOM_MSG ") :]
     raise AssertionError("no OOM_MSG line in the fixture")
@@ -98,7 +98,7 @@ def test_token_counting_refuses_text_and_garbage(bad: Any) -> None:
         count_tokens(bad)
 
 
-def test_real_torch_oom_text_maps_to_cuda_oom(shared_dir: Path) -> None:
+def test_real_torch_oom_text_maps_to_cuda_oom() -> None:
     reg = CollectorRegistry()
 
     class OutOfMemoryError(RuntimeError):  # torch's class name; torch itself not needed
@@ -108,10 +108,10 @@ def test_real_torch_oom_text_maps_to_cuda_oom(shared_dir: Path) -> None:
         pytest.raises(OutOfMemoryError),
         inference(model="m", version="v3.2.1", registry=reg) as call,
     ):
-        raise OutOfMemoryError(_torch_oom_text(shared_dir))
+        raise OutOfMemoryError(_torch_oom_text())
     assert call.error_code == "CUDA_OOM"
     with pytest.raises(RuntimeError), inference(model="m", version="v3.2.1", registry=reg):
-        raise RuntimeError(_torch_oom_text(shared_dir))  # plain text match as well
+        raise RuntimeError(_torch_oom_text())  # plain text match as well
     assert _value(reg, "model_inference_errors_total", model="m", error_code="CUDA_OOM") == 2
     assert _value(reg, "errors_total", error_code="CUDA_OOM") == 2
     assert _value(reg, "model_inference_time_seconds_count", **M) == 0

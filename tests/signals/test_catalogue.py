@@ -119,10 +119,10 @@ def test_error_codes_table_is_complete() -> None:
         assert 400 <= info.http_status < 600
 
 
-def test_classify_real_torch_oom_text(shared_dir: object) -> None:
-    from pathlib import Path
+def test_classify_real_torch_oom_text() -> None:
+    from tests._paths import H200
 
-    text = (Path(str(shared_dir)) / "fixtures/gpu/h200/leak-stdout.txt").read_text()
+    text = (H200 / "leak-stdout.txt").read_text()
     line = next(ln for ln in text.splitlines() if "out of memory" in ln.lower())
 
     class OutOfMemoryError(RuntimeError):
