@@ -10,8 +10,7 @@ from click.testing import CliRunner
 
 from aivitals.cli import cli, main
 from aivitals.errors import ConfigError
-from aivitals.tsdb import Store
-from aivitals.tsdb._cli import parse_duration, parse_time
+from aivitals.tsdb import Store, parse_duration, parse_time
 
 T = 1_700_000_000.0
 

@@ -8,6 +8,7 @@ import aivitals.tsdb as tsdb
 def test_all_is_sorted_and_complete() -> None:
     assert tsdb.__all__ == sorted(tsdb.__all__)
     assert set(tsdb.__all__) == {
+        "DEFAULT_AGENT",
         "AppendStats",
         "Backend",
         "InstantSample",
@@ -16,6 +17,8 @@ def test_all_is_sorted_and_complete() -> None:
         "RangeSeries",
         "ResultType",
         "Store",
+        "parse_duration",
+        "parse_time",
     }
     for name in tsdb.__all__:
         assert getattr(tsdb, name) is not None

@@ -10,8 +10,7 @@ import click
 import httpx
 
 from ..errors import BackendError, ConfigError
-from ..tsdb import Backend, PrometheusBackend, Store
-from ..tsdb._cli import DEFAULT_AGENT, parse_duration, parse_time
+from ..tsdb import DEFAULT_AGENT, Backend, PrometheusBackend, Store, parse_duration, parse_time
 from ._engine import diagnose as run_diagnosis
 from ._model import Event
 from ._report import daily_report

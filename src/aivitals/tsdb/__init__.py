@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from ._prometheus import PrometheusBackend
 from ._store import AppendStats, Store
+from ._time import DEFAULT_AGENT, parse_duration, parse_time
 from ._types import Backend, InstantSample, QueryResult, RangeSeries, ResultType
 
 __all__ = [
     "AppendStats",
     "Backend",
+    "DEFAULT_AGENT",
     "InstantSample",
     "PrometheusBackend",
     "QueryResult",
     "RangeSeries",
     "ResultType",
     "Store",
+    "parse_duration",
+    "parse_time",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from typing import Any
 
@@ -12,45 +11,10 @@ import click
 
 from ..errors import ConfigError
 from ._prometheus import PrometheusBackend
+from ._time import DEFAULT_AGENT, parse_duration, parse_time
 from ._types import Backend, QueryResult
 
 __all__ = ["query"]
-
-DEFAULT_AGENT = "http://127.0.0.1:9464"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(name: str, text: str) -> float:
-    """``90``, ``15s``, ``5m``, ``1h30m`` -> seconds; ``ConfigError`` naming the option."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ConfigError(f"{name}: not a duration: {text!r} (use e.g. 15s, 5m, 1h)")
-    return total
-
-
-def parse_time(name: str, text: str, now: float) -> float:
-    """Epoch seconds, ``now`` or ``now-5m``."""
-    if text == "now":
-        return now
-    if text.startswith("now-"):
-        return now - parse_duration(name, text[4:])
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name}: not a time: {text!r} (epoch seconds, now, now-5m)") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{name}: not a time: {text!r}")
-    return value
 
 
 def _backend(prometheus: str | None, snapshot: str | None, agent: str | None) -> Backend:
