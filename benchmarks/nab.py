@@ -1,5 +1,7 @@
 """NAB: the diagnosis detector (aivitals.diagnose.StreamingDetector) over the
-Numenta Anomaly Benchmark, scored as ../shared/datasets/nab/SCORING.md says.
+Numenta Anomaly Benchmark, scored as NAB's own scorer does (probation, sigmoid
+position weights, one corpus-wide threshold per profile; see
+``aivitals.diagnose._nab``).
 
 One detector configuration for every file (the only per-file input is the
 daily period in rows, derived from the file's own timestamps). Prints the
@@ -7,13 +9,20 @@ standard, low-FP and low-FN scores beside NAB's published scoreboard, writes
 every row's score to benchmarks/results/nab/<group>/<name>.csv and the
 figures to benchmarks/results/nab.json.
 
-    .venv/bin/python benchmarks/nab.py
+    git clone https://github.com/numenta/NAB /path/to/NAB
+    .venv/bin/python benchmarks/nab.py --nab-dir /path/to/NAB   # or NAB_DIR=/path/to/NAB
+
+NAB is AGPL-3.0, so it is never copied into this (Apache-2.0) repository: the
+benchmark reads a clone of numenta/NAB from wherever it lies (its ``data/`` and
+``labels/combined_windows.json``). No test needs it.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
+import os
 import sys
 import time
 from datetime import datetime
@@ -25,10 +34,9 @@ from aivitals.diagnose import DetectorConfig, StreamingDetector
 from aivitals.diagnose._nab import PROFILES, NabFile, score_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
-NAB = ROOT.parent / "shared" / "datasets" / "nab"
 RESULTS = ROOT / "benchmarks" / "results"
 
-# From the NAB README (standard profile), as quoted in datasets/README.md.
+# From the NAB README (standard profile).
 SCOREBOARD = [
     ("ARTime", 74.9),
     ("Numenta HTM", 70.5),
@@ -100,15 +108,40 @@ def _fields(cfg: DetectorConfig) -> dict[str, object]:
     return {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
 
 
-def main() -> int:
-    if not NAB.is_dir():
-        print(f"NAB data not found at {NAB}", file=sys.stderr)
-        return 2
-    labels = json.loads((NAB / "labels" / "combined_windows.json").read_text())
+HOW_TO_GET = (
+    "NAB is not part of this repository (it is AGPL-3.0): clone it with "
+    "`git clone https://github.com/numenta/NAB` and pass --nab-dir PATH or set NAB_DIR=PATH"
+)
+
+
+def nab_dir(argv: list[str] | None = None) -> Path:
+    """The NAB clone from ``--nab-dir`` or ``$NAB_DIR``; exits with how to get it when missing."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--nab-dir",
+        type=Path,
+        default=os.environ.get("NAB_DIR") or None,
+        help="a clone of https://github.com/numenta/NAB (default: $NAB_DIR)",
+    )
+    args = parser.parse_args(argv)
+    if args.nab_dir is None:
+        parser.error(f"no NAB directory given. {HOW_TO_GET}")
+    nab = Path(args.nab_dir).expanduser()
+    labels = nab / "labels" / "combined_windows.json"
+    if not (labels.is_file() and (nab / "data").is_dir()):
+        parser.error(
+            f"{nab} is not a NAB clone (no data/ and labels/combined_windows.json). {HOW_TO_GET}"
+        )
+    return nab
+
+
+def main(argv: list[str] | None = None) -> int:
+    nab = nab_dir(argv)
+    labels = json.loads((nab / "labels" / "combined_windows.json").read_text())
     files: list[NabFile] = []
     t0 = time.perf_counter()
     for key in sorted(labels):
-        stamps, times, values = load(NAB / "data" / key)
+        stamps, times, values = load(nab / "data" / key)
         scores = run_file(times, values)
         files.append(NabFile(scores, windows_as_rows(times, labels[key])))
         write_scores(key, stamps, values, scores)
