@@ -1,4 +1,4 @@
-"""Diagnosis accuracy over the labelled scenario corpus (aivitals.diagnose.corpus).
+"""Diagnosis accuracy over the labelled scenario corpus (tests/diagnose/_corpus.py).
 
 The corpus is SYNTHETIC (every fault model, with noise, a distractor blip and,
 in a second variant, missing metric families) plus four scenarios built from
@@ -25,10 +25,15 @@ import sys
 import time
 from pathlib import Path
 
-from aivitals.diagnose import HIGH_CONFIDENCE, corpus, diagnose
-from aivitals.tsdb import Store
-
 ROOT = Path(__file__).resolve().parent.parent
+# The corpus generator lives with the tests (it does not ship in the package).
+sys.path.insert(0, str(ROOT))
+
+from tests.diagnose import _corpus as corpus  # noqa: E402
+
+from aivitals.diagnose import HIGH_CONFIDENCE, diagnose  # noqa: E402
+from aivitals.tsdb import Store  # noqa: E402
+
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200" / "scenarios.csv"
 RESULTS = ROOT / "benchmarks" / "results"
 TTD_POINTS = (15, 30, 45, 60, 75, 90, 120, 150, 180)

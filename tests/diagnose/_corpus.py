@@ -9,15 +9,19 @@ metric is derived. Scenarios add distractors (an unrelated short spike
 elsewhere) and partial signals (metric families missing). The fault model is
 written from DOMAIN.md, not from the signatures' expressions.
 
+It lives with the tests, not in the package: only the tests and
+``benchmarks/diagnosis_accuracy.py`` (which puts the repository root on
+``sys.path``) use it, and generated faults have no place in what users install.
+
 Two scenarios come from a REAL recording: the H200 fault run in
-``fixtures/gpu/h200/scenarios.csv`` (leak, cotenant, contention, oom), its
+``tests/fixtures/gpu/h200/scenarios.csv`` (leak, cotenant, contention, oom), its
 rows time-stretched (one 0.5 s row becomes ``stretch`` seconds) so the short
 phases last long enough for 1-minute rates, and embedded in a synthetic
 service.
 
 **Usage**::
 
-    from aivitals.diagnose import corpus
+    from tests.diagnose import _corpus as corpus
     sc = corpus.scenario("gpu_memory_leak", seed=1)
     store = corpus.to_store(sc)
     diagnose(store, end=sc.fault_start + 120)
@@ -33,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..signals import LATENCY_BUCKETS, SIZE_BUCKETS, TOKEN_BUCKETS
-from ._model import Event
+from aivitals.diagnose import Event
+from aivitals.signals import LATENCY_BUCKETS, SIZE_BUCKETS, TOKEN_BUCKETS
 
 __all__ = [
     "FAULTS",
@@ -827,7 +831,7 @@ def to_store(
     ``extra_labels`` (e.g. ``{"instance": "node7"}``) lets several scenarios share a
     store as replicas of one service.
     """
-    from ..tsdb import Store
+    from aivitals.tsdb import Store
 
     st = store if store is not None else Store(retention=max(7200.0, sc.end - sc.start + 600))
     assert isinstance(st, Store)

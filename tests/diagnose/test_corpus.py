@@ -3,8 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aivitals.diagnose import corpus, load_signatures
+from aivitals.diagnose import load_signatures
 from tests._paths import H200 as H200_DIR
+from tests.diagnose import _corpus as corpus
 
 H200 = H200_DIR / "scenarios.csv"
 

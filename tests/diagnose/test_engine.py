@@ -6,9 +6,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aivitals.diagnose import HIGH_CONFIDENCE, Event, Shape, corpus, diagnose
+from aivitals.diagnose import HIGH_CONFIDENCE, Event, Shape, diagnose
 from aivitals.errors import BackendError, BackendTimeout
 from aivitals.tsdb import QueryResult, Store
+from tests.diagnose import _corpus as corpus
 
 DURATION = 600.0
 

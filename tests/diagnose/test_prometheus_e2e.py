@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from aivitals.cli import cli
-from aivitals.diagnose import corpus, diagnose
+from aivitals.diagnose import diagnose
 from aivitals.tsdb import PrometheusBackend
 from tests._servers import prometheus, promtool
+from tests.diagnose import _corpus as corpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

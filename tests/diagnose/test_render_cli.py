@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from aivitals.cli import cli, main
-from aivitals.diagnose import Diagnosis, corpus, diagnose
+from aivitals.diagnose import Diagnosis, diagnose
 from aivitals.diagnose._report import daily_report
 from aivitals.tsdb import Store
+from tests.diagnose import _corpus as corpus
 
 
 @functools.cache
