@@ -71,7 +71,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.",
     ),
     "collectors": (
-        "aivitals.collect._cli",
+        "aivitals.agent._cli",
         "collectors",
         "List the collectors and run each once (up, time, samples, errors).",
     ),
