@@ -60,6 +60,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "demo",
         "Run the demo AI service with Redis, the agent and live load; --fault NAME breaks it.",
     ),
+    "fleet": (
+        "aivitals.fleet._cli",
+        "fleet",
+        "Run N simulated nodes on real Prometheus, Alertmanager and VictoriaMetrics (up/down).",
+    ),
     "chaos": (
         "aivitals.chaos._cli",
         "chaos",
@@ -84,6 +89,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "aivitals.alerts._cli",
         "alerts",
         "List active and recent alerts of an agent (or a Prometheus).",
+    ),
+    "dashboards": (
+        "aivitals.dashboards._cli",
+        "dashboards",
+        "Export Grafana dashboards generated from the signal catalogue and the rule pack.",
     ),
 }
 
