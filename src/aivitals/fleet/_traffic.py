@@ -1,0 +1,79 @@
+"""Steady, light traffic to every node of the fleet, so its services have signals to show.
+
+``python -m aivitals.fleet._traffic --rps 2 --max-seconds 3600 URL [URL ...]``
+
+One thread per node sends ``POST /v1/embeddings`` at ``rps`` (a fixed period,
+not Poisson: the fleet wants a flat baseline), half of them texts repeated from
+a small set (cache hits once warm) and half fresh (misses). Bounded by
+``--max-seconds``; stops on SIGTERM. Requests that fail are counted, never
+retried: the fleet's faults are meant to show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+import httpx
+
+from ..load import embeddings_request, make_prompt
+
+__all__ = ["main"]
+
+
+def _drive(base: str, rps: float, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    repeated = [make_prompt(12, rng=random.Random(k)) for k in range(16)]
+    period = 1.0 / rps
+    next_at = time.monotonic() + rng.random() * period  # nodes out of phase
+    with httpx.Client(base_url=base, timeout=10.0) as client:
+        while not stop.is_set():
+            text = rng.choice(repeated) if rng.random() < 0.5 else make_prompt(12, rng=rng)
+            spec = embeddings_request(text)
+            try:
+                client.post(spec.path, content=spec.body, headers=dict(spec.headers))
+            except httpx.HTTPError:
+                pass  # a node that is down or slow is what the fleet shows, not an error here
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay < -5 * period:
+                next_at = time.monotonic()  # fell far behind (a stalled node): do not burst
+            stop.wait(max(0.0, delay))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m aivitals.fleet._traffic")
+    p.add_argument("urls", nargs="+", help="base URLs of the nodes' services")
+    p.add_argument("--rps", type=float, default=2.0, help="requests per second per node")
+    p.add_argument("--max-seconds", type=float, default=4 * 3600.0)
+    args = p.parse_args(argv)
+    if not 0 < args.rps <= 100:
+        p.error(f"--rps {args.rps}: expected 0 < rps <= 100")
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    threads = [
+        threading.Thread(target=_drive, args=(u.rstrip("/"), args.rps, stop, i), daemon=True)
+        for i, u in enumerate(args.urls)
+    ]
+    for t in threads:
+        t.start()
+    stop.wait(args.max_seconds)
+    stop.set()
+    for t in threads:
+        t.join(15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
