@@ -177,3 +177,22 @@ async def test_behind_the_instrumentation_middleware_the_request_id_is_shared() 
     assert reply.status == 422
     assert reply.json()["request_id"] == "shared-1"
     assert sample(registry, "input_rejections_total", route="*", reason="INPUT_CONTROL_CHARS") == 1
+
+
+def test_protecting_an_instrumented_app_is_refused_with_the_fix_named() -> None:
+    # instrument inside protect: 429s never reach the HTTP metrics and /metrics is queued
+    from fastapi import FastAPI
+
+    from aivitals.errors import ConfigError
+    from aivitals.instrument import AivitalsMiddleware, instrument
+
+    registry = CollectorRegistry()
+    fastapi_app = FastAPI()
+    instrument(fastapi_app, registry=registry)  # added to the app's own stack
+    with pytest.raises(ConfigError, match=r"instrument\(protect\(app"):
+        protect(fastapi_app, registry=registry)
+    with pytest.raises(ConfigError, match="instrumented already"):
+        protect(AivitalsMiddleware(Slow(), registry=registry), registry=registry)
+    # the right order is accepted
+    wrapped = instrument(protect(FastAPI(), registry=registry), registry=registry)
+    assert isinstance(wrapped, AivitalsMiddleware)

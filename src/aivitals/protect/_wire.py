@@ -18,8 +18,12 @@ A client stalling mid-body is cut off by the guard and never held a slot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
+
+from aivitals.errors import ConfigError
+from aivitals.instrument import AivitalsMiddleware
 
 from ._admission import AdmissionConfig, AdmissionController
 from ._asgi import ASGIApp, Receive, Scope, Send
@@ -57,7 +61,10 @@ def protect(
     """Wrap ``app`` with the input guard, admission control, deadlines and health checks.
 
     Each part is on with its default config when its argument is omitted;
-    health paths are never guarded or queued.
+    health paths are never guarded or queued. Instrument the result, not ``app``
+    (``aivitals.instrument(protect(app))``): an app instrumented already is refused
+    with ``ConfigError``, since protection outside the instrumentation would leave
+    its refusals uncounted and put ``/metrics`` behind admission control.
 
     **Usage**::
 
@@ -70,6 +77,12 @@ def protect(
             health=HealthConfig(probe=run_tiny_inference),
         )
     """
+    if _instrumented(app):
+        raise ConfigError(
+            "protect(app): app is instrumented already, so protection would sit outside "
+            "the instrumentation (429s uncounted, /metrics queued and refused under load); "
+            "instrument the protected app instead: aivitals.instrument(protect(app, ...))"
+        )
     admission = admission if admission is not None else AdmissionConfig()
     controller = AdmissionController(admission, registry=registry)
     inner: ASGIApp = DeadlineMiddleware(
@@ -85,3 +98,13 @@ def protect(
     checks = Health(health, controller=controller, registry=registry)
     inner = HealthMiddleware(inner, checks)
     return Protected(inner, controller=controller, health=checks)
+
+
+def _instrumented(app: Any) -> bool:
+    """Whether aivitals' instrumentation middleware already wraps ``app`` (or is in its stack)."""
+    if isinstance(app, AivitalsMiddleware):
+        return True
+    stack = getattr(app, "user_middleware", None)  # Starlette/FastAPI: added, not yet built
+    return isinstance(stack, list) and any(
+        getattr(entry, "cls", None) is AivitalsMiddleware for entry in stack
+    )
