@@ -92,3 +92,18 @@ def test_cli_dry_run_bad_input(tmp_path: Path) -> None:
     assert isinstance(res.exception, ParseError)
     res = CliRunner().invoke(load_cmd, ["--rate", "1"])
     assert res.exit_code == 2 and "Missing argument 'URL'" in res.output
+
+
+def test_cli_bad_trace_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aivitals.cli import main
+
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(GOOD.encode() * 50)[:40])
+    for trace, kind in ((str(cut), "ParseError"), ("azure-chat", "ConfigError")):
+        with pytest.raises(SystemExit) as info:
+            main(["load", "--trace", trace, "--dry-run"])
+        assert info.value.code == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"{kind}: ") and err.count("\n") == 1, err
