@@ -24,6 +24,8 @@ def test_packaged_traces_ship_with_their_licence() -> None:
         assert folder.joinpath(name).is_file()
     # CC-BY 4.0 wants the licence (or its link) beside the material.
     assert "Attribution 4.0 International" in folder.joinpath("LICENSE").read_text("utf-8-sig")
+    notice = folder.joinpath("NOTICE").read_text("utf-8")
+    assert "Splitwise" in notice and "creativecommons.org/licenses/by/4.0" in notice
 
 
 def test_packaged_conv_trace_is_whole() -> None:
