@@ -71,8 +71,15 @@ class PackParams:
     worker_saturation_ratio: float = 0.95
     #: GPU memory used / total above this is an alert (and part of the composite rule).
     gpu_memory_ratio: float = 0.9
-    #: GPU utilization P95 below this while serving, or above gpu_util_high, for 5m is P1.
+    #: GPU utilization P95 below this while requests wait or are slow, or above
+    #: gpu_util_high, for 5m is P1.
     gpu_util_low: float = 0.30
+    #: The healthy bound of queue_length (DOMAIN: under 5): more waiting on average while
+    #: the GPU idles is the "bottleneck before the GPU" condition of GPUUtilizationLow.
+    queue_healthy: float = 5
+    #: A P99 over fewer requests than this is their maximum, not a tail: quantile
+    #: conditions need at least this many requests in their window.
+    quantile_min_requests: float = 100
     gpu_util_high: float = 0.95
     #: Utilization that never drops below this for a rate window plus 5m: SM stuck.
     gpu_util_stuck: float = 0.99
