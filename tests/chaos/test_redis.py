@@ -6,8 +6,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aivitals.chaos import FaultContext
+from aivitals.chaos import FaultContext, Replacement, RunDir, cleanup
+from aivitals.chaos._journal import replay
+from aivitals.chaos._procs import kill_tree
 from aivitals.chaos._redis import redis_command
+from aivitals.errors import FaultRefused
 from tests._servers import redis_server
 from tests.chaos.conftest import assert_clean, require_root, require_tool
 
@@ -39,21 +42,133 @@ def test_redis_down_blocks_then_restores(runner_factory, chaos_root: Path) -> No
     assert_clean(run_id, chaos_root)
 
 
-def test_redis_down_kill_method_restarts_it(runner_factory, chaos_root: Path) -> None:  # type: ignore[no-untyped-def]
+def _listening_pids(port: int) -> list[int]:
+    return sorted(
+        {
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == "LISTEN" and c.pid
+        }
+    )
+
+
+def _marker(pid: int) -> str | None:
+    return psutil.Process(pid).environ().get("AIVITALS_CHAOS_RUN")
+
+
+def test_redis_down_kill_method_hands_the_new_server_to_its_owner(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path
+) -> None:
+    handed: list[Replacement] = []
+    owner = RunDir.create(chaos_root, kind="stack")  # this test plays the stack that owns Redis
     with redis_server() as redis:
-        ctx = FaultContext(redis_port=redis.port, redis_pid=redis.proc.pid)
+        ctx = FaultContext(
+            redis_port=redis.port, redis_pid=redis.proc.pid, owner=owner.path,
+            on_replace=handed.append,
+        )  # fmt: skip
         with runner_factory(ctx) as runner:
             active = runner.start("redis_down", duration=30, method=1)
             redis.proc.wait(5)
             assert not _reachable(redis.port)
-            runner.stop(active)
+            assert runner.stop(active) == []
             assert _reachable(redis.port)
             run_id = runner.run.run_id
-        # The restarted server is not the harness's child: stop it here.
-        for conn in psutil.net_connections("tcp"):
-            if conn.laddr and conn.laddr.port == redis.port and conn.status == "LISTEN":
-                psutil.Process(conn.pid).terminate()
-                psutil.Process(conn.pid).wait(5)
+        [rep] = handed
+        assert active.fault.replacements == [rep]
+        assert _listening_pids(redis.port) == [rep.pid]
+        new = psutil.Process(rep.pid)
+        assert new.cwd() == str(redis.workdir)  # the same dir, still there
+        assert _marker(rep.pid) == owner.run_id  # the owner's cleanup finds it by marker
+        [entry] = owner.journal.pending()  # ... and by its ledger, with its start time
+        assert (entry["kind"], entry["pid"], entry["start"]) == ("process", rep.pid, rep.start)
+        assert rep.owner == str(owner.path) and "handed to its owner" in rep.describe()
+        # the owner stopping its ledger stops the replacement: nothing is left
+        assert replay(owner) == []
+        assert not psutil.pid_exists(rep.pid) or new.status() == psutil.STATUS_ZOMBIE
+    assert_clean(run_id, chaos_root)
+
+
+def test_redis_down_kill_method_refuses_a_redis_it_cannot_hand_back(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path
+) -> None:
+    with redis_server() as redis:
+        ctx = FaultContext(redis_port=redis.port, redis_pid=redis.proc.pid)
+        with runner_factory(ctx) as runner:
+            with pytest.raises(FaultRefused, match="allow-foreign-restart"):
+                runner.start("redis_down", duration=30, method=1)
+            assert redis.proc.poll() is None and _reachable(redis.port)  # untouched
+            run_id = runner.run.run_id
+    assert_clean(run_id, chaos_root)
+
+
+def test_redis_down_kill_method_refuses_a_pid_not_serving_the_port(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path
+) -> None:
+    owner = RunDir.create(chaos_root, kind="stack")
+    with redis_server() as redis, redis_server() as other:
+        # a stale pid (here: another redis-server) must never be killed for this port
+        ctx = FaultContext(redis_port=redis.port, redis_pid=other.proc.pid, owner=owner.path)
+        with (
+            runner_factory(ctx) as runner,
+            pytest.raises(FaultRefused, match="does not listen on redis_port"),
+        ):
+            runner.start("redis_down", duration=30, method=1)
+        assert other.proc.poll() is None and redis.proc.poll() is None
+    owner.remove()
+
+
+def test_redis_down_kill_method_allowed_for_a_foreign_redis_names_the_new_pid(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path
+) -> None:
+    with redis_server() as redis:
+        ctx = FaultContext(
+            redis_port=redis.port, redis_pid=redis.proc.pid, allow_foreign_restart=True
+        )
+        with runner_factory(ctx) as runner:
+            active = runner.start("redis_down", duration=30, method=1)
+            redis.proc.wait(5)
+            assert runner.stop(active) == []
+            run_id = runner.run.run_id
+        [rep] = active.fault.replacements
+        try:
+            assert rep.owner is None and "yours now" in rep.describe()
+            assert _listening_pids(redis.port) == [rep.pid]
+            assert _marker(rep.pid) is None  # no run's cleanup will touch it: it is the user's
+        finally:
+            assert kill_tree(rep.pid, rep.start)
+    assert_clean(run_id, chaos_root)
+
+
+def test_redis_down_restart_that_fails_says_so_and_leaves_nothing(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path
+) -> None:
+    owner = RunDir.create(chaos_root, kind="stack")
+    with redis_server() as redis:
+        ctx = FaultContext(redis_port=redis.port, redis_pid=redis.proc.pid, owner=owner.path)
+        with runner_factory(ctx) as runner:
+            active = runner.start("redis_down", duration=30, method=1)
+            redis.proc.wait(5)
+            # Someone binds the port while Redis is down (bound, not listening): the
+            # new redis-server cannot bind it and exits.
+            blocker = socket.socket()
+            blocker.bind(("127.0.0.1", redis.port))
+            try:
+                [error] = runner.stop(active)
+            finally:
+                blocker.close()
+            run_id = runner.run.run_id
+        assert "could not restart redis-server" in error and "nothing of it is left" in error
+        assert active.fault.replacements == []
+        assert _listening_pids(redis.port) == []
+        assert not [p for p in psutil.process_iter(["cmdline"])
+                    if f"--port {redis.port}" in " ".join(p.info["cmdline"] or [])
+                    and p.status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+        with socket.socket() as s:  # the port is free
+            s.bind(("127.0.0.1", redis.port))
+        assert owner.journal.pending() == []  # nothing half-started handed over
+    owner.remove()
+    # nothing is pending (a retry would fail the same way), so the run's dir is gone too
+    assert cleanup(chaos_root).cleaned == []
     assert_clean(run_id, chaos_root)
 
 

@@ -147,6 +147,7 @@ class _FakeStack:
     def __init__(self) -> None:
         self.service = _FakeService()
         self.restarts = 0
+        self.ledger = None
 
     def fault_context(self) -> None:
         return None
@@ -161,6 +162,7 @@ class _FakeStack:
 
 class _FakeRunner:
     stopped = 0
+    run = None
 
     def __init__(self, ctx: object, **kw: object) -> None:
         pass

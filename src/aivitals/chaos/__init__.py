@@ -3,7 +3,9 @@
 Every fault touches only what its run created (loopback, its own network
 namespaces and nftables tables, its own temp files and processes) and writes
 each resource to the run's journal before creating it, so a crashed runner is
-cleaned by ``aivitals chaos cleanup`` or the next run.
+cleaned by ``aivitals chaos cleanup`` or the next run. A fault that replaces a
+process someone else started (``redis_down`` ``method=1``) hands the new one to
+that owner (``FaultContext.owner``), or is refused.
 
 **Usage**::
 
@@ -15,8 +17,8 @@ cleaned by ``aivitals chaos cleanup`` or the next run.
 
 from __future__ import annotations
 
-from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param
-from ._journal import CleanupReport, Journal, RunDir, cleanup, default_root
+from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param, Touch
+from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, default_root
 from ._registry import FAULTS, get_fault
 from ._runner import ActiveFault, ChaosRunner
 from ._table import FAULT_TABLE, FaultInfo
@@ -34,7 +36,9 @@ __all__ = [
     "FaultInfo",
     "Journal",
     "Param",
+    "Replacement",
     "RunDir",
+    "Touch",
     "cleanup",
     "default_root",
     "get_fault",

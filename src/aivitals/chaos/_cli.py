@@ -27,7 +27,8 @@ def chaos() -> None:
 @chaos.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_faults(as_json: bool) -> None:
-    """List the faults: layer, expected signature and alerts, parameters."""
+    """List the faults: layer, expected signature and alerts, parameters, and for
+    each parameter value what it touches and who owns that afterwards."""
     rows: list[dict[str, Any]] = []
     for name, cls in FAULTS.items():
         info = cls.info()
@@ -40,16 +41,30 @@ def list_faults(as_json: bool) -> None:
                 "alerts": list(info.alerts),
                 "params": params,
                 "description": info.description,
+                "touches": [
+                    {
+                        "when": t.when or "any",
+                        "touches": t.touches,
+                        "afterwards": t.afterwards,
+                        "starts_processes": t.processes,
+                    }
+                    for t in cls.touches
+                ],
             }
         )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    pad = " " * 24
     for r in rows:
         shown = " ".join(f"{k}={v:g}" for k, v in dict(r["params"]).items())
         alerts = ",".join(r["alerts"]) or "-"
         click.echo(f"{r['name']:<24}{r['layer']:<16}{r['description']}")
-        click.echo(f"{'':<24}alerts: {alerts}" + (f"   params: {shown}" if shown else ""))
+        click.echo(f"{pad}alerts: {alerts}" + (f"   params: {shown}" if shown else ""))
+        for t in r["touches"]:
+            when = "any value" if t["when"] == "any" else t["when"]
+            click.echo(f"{pad}{when}: {t['touches']}")
+            click.echo(f"{pad}{' ' * len(when)}  afterwards: {t['afterwards']}")
 
 
 def _parse_params(names: tuple[str, ...], raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -111,6 +126,12 @@ def _takes(name: str, key: str) -> bool:
     help="key=value for every fault, or fault.key=value (repeatable).",
 )
 @click.option("--max-duration", default=f"{DEFAULT_MAX_DURATION:g}s", show_default=True)
+@click.option(
+    "--allow-foreign-restart",
+    is_flag=True,
+    help="Let a fault kill a process this run did not start (redis_down method=1) and "
+    "start a new one on revert; the new one is yours to stop (its pid is printed).",
+)
 def run(
     names: tuple[str, ...],
     duration: str,
@@ -126,6 +147,7 @@ def run(
     allow_hosts: tuple[str, ...],
     params: tuple[str, ...],
     max_duration: str,
+    allow_foreign_restart: bool,
 ) -> None:
     """Run the fault(s) NAMES together for --duration, then revert them."""
     for name in names:
@@ -144,6 +166,7 @@ def run(
         work_dir=work_dir,
         base_rate=base_rate,
         allow_hosts=allow_hosts,
+        allow_foreign_restart=allow_foreign_restart,
     )
     per_fault = _parse_params(names, params)
     limit = parse_duration(max_duration, key="max_duration")
@@ -159,9 +182,19 @@ def run(
             where = f" -> clients use {active.client_url}" if active.client_url else ""
             click.echo(f"started {name} for {seconds:g}s{where}", err=False)
         _wait(runner, seconds)
+    failed = False
     for active in started:
         status = "reverted" if not active.errors else "REVERT ERRORS: " + "; ".join(active.errors)
+        failed = failed or bool(active.errors)
         click.echo(f"stopped {active.name}: {status}")
+        for rep in active.fault.replacements:
+            click.echo(f"  {_replacement_line(rep)}")
+    if failed:
+        raise SystemExit(1)
+
+
+def _replacement_line(rep: Any) -> str:
+    return f"{rep.describe()} (pid {rep.pid} start {rep.start})"
 
 
 def _wait(runner: ChaosRunner, seconds: float) -> None:
@@ -181,6 +214,8 @@ def cleanup(force: bool) -> None:
         click.echo(f"cleaned {run_id}")
     for run_id in report.skipped:
         click.echo(f"skipped {run_id}: its runner is still running (--force to revert it)")
+    for rep in report.replaced:
+        click.echo(_replacement_line(rep))
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
     click.echo(f"{len(report.cleaned)} run(s) cleaned, {report.reverted} resource(s) reverted")

@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 from ..load import RequestSpec, completions_request, embeddings_request, make_prompt
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
 
 __all__ = ["MalformedInputs", "OverlongInputs", "TrafficSurge", "client_load"]
 
@@ -48,11 +48,21 @@ def client_load(
     )
 
 
+#: Every client-traffic fault: one load-generator helper of the run.
+_CLIENT = Touch(
+    "",
+    "starts a load-generator helper process sending requests to the service",
+    "the run: stopped at revert (and at its own deadline); cleanup stops it after a crash",
+    processes=True,
+)
+
+
 class OverlongInputs(Fault):
     """One client sending ``chars``-character inputs to ``/v1/embeddings``."""
 
     name = "overlong_inputs"
     params = {"chars": (100_000, 1_000, 10_000_000), "rate": (5, 0.1, 1000)}
+    touches = (_CLIENT,)
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         text = "lorem ipsum dolor sit amet " * (int(self.values["chars"]) // 27 + 1)
@@ -81,6 +91,7 @@ class MalformedInputs(Fault):
 
     name = "malformed_inputs"
     params = {"rate": (10, 0.1, 1000)}
+    touches = (_CLIENT,)
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         pid = client_load(self, ctx, [_raw(b) for b in MALFORMED_BODIES], rate=self.values["rate"])
@@ -98,6 +109,13 @@ class TrafficSurge(Fault):
 
     name = "traffic_surge"
     params = {"factor": (5, 1.1, 1000), "completions": (0, 0, 1), "distinct": (4096, 1, 100_000)}
+    choices = {"completions": (0, 1)}
+    touches = (
+        Touch("completions=0", _CLIENT.touches + " (embeddings)", _CLIENT.afterwards, True),
+        Touch(
+            "completions=1", _CLIENT.touches + " (streaming completions)", _CLIENT.afterwards, True
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         rng = random.Random()

@@ -7,17 +7,18 @@ import json
 import math
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, FaultError, FaultRefused
 from ..load import check_target, split_url
-from ._journal import Entry, Journal, RunDir, revert_entry
+from ._journal import Entry, Journal, Replacement, RunDir, revert_entry
 from ._procs import python_helper, spawn, start_time
 from ._table import FAULT_TABLE, FaultInfo
 
-__all__ = ["DEFAULT_MAX_DURATION", "Fault", "FaultContext", "FaultEffect", "Param"]
+__all__ = ["DEFAULT_MAX_DURATION", "Fault", "FaultContext", "FaultEffect", "Param", "Touch"]
 
 #: Longest a fault may run unless the runner is configured otherwise, seconds.
 DEFAULT_MAX_DURATION = 900.0
@@ -40,6 +41,15 @@ class FaultContext:
     its host), ``chaos_token`` opens the service's in-process chaos endpoint,
     ``work_dir`` is where disk faults write (default: the run directory),
     ``base_rate`` is the normal request rate a traffic surge multiplies.
+
+    Who owns the processes named here (``redis_pid``, ``service_pid``): ``owner``
+    is the ledger directory (a ``RunDir`` of kind ``"stack"``) of whoever started
+    them. A fault that replaces one of them (``redis_down`` ``method=1`` kills
+    redis-server and starts a new one on revert) writes the new process into
+    that ledger and calls ``on_replace`` with it, so the owner stops it as its
+    own. Without an owner such a fault is refused, unless
+    ``allow_foreign_restart`` says the caller takes the new process (it is then
+    reported, and left running as the original was).
     """
 
     target: str | None = None
@@ -52,6 +62,9 @@ class FaultContext:
     work_dir: Path | None = None
     allow_hosts: tuple[str, ...] = ()
     base_rate: float = 10.0
+    owner: Path | None = None
+    on_replace: Callable[[Replacement], None] | None = field(default=None, compare=False)
+    allow_foreign_restart: bool = False
     run: RunDir | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +96,21 @@ class FaultEffect:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Touch:
+    """What a fault touches for one value of a parameter, and who owns it afterwards.
+
+    ``when`` is ``""`` for every value, or ``"method=1"``; ``processes`` says the
+    fault starts or restarts processes (a SIGKILL of the runner then leaves them
+    to ``aivitals chaos cleanup``).
+    """
+
+    when: str
+    touches: str
+    afterwards: str
+    processes: bool = False
+
+
 class Fault(abc.ABC):
     """One injectable fault with a bounded duration and a guaranteed revert.
 
@@ -98,6 +126,10 @@ class Fault(abc.ABC):
 
     name: ClassVar[str]
     params: ClassVar[dict[str, Param]] = {}
+    #: Parameters whose values select a different mechanism (each value listed).
+    choices: ClassVar[dict[str, tuple[int, ...]]] = {}
+    #: What it touches and who owns that afterwards, per value of ``choices``.
+    touches: ClassVar[tuple[Touch, ...]] = ()
     #: Parameters passed through without a numeric check (the service validates them).
     free_params: ClassVar[bool] = False
 
@@ -121,6 +153,9 @@ class Fault(abc.ABC):
         self.started = False
         self.run: RunDir | None = None
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._on_replace: Callable[[Replacement], None] | None = None
+        #: processes the revert started in place of ones the fault stopped
+        self.replacements: list[Replacement] = []
 
     # -- the table row ------------------------------------------------------------
     @classmethod
@@ -143,6 +178,14 @@ class Fault(abc.ABC):
     def expected_alerts(self) -> tuple[str, ...]:
         return self.info().alerts
 
+    @classmethod
+    def touches_for(cls, **values: float) -> list[Touch]:
+        """The ``touches`` rows that apply to these values of ``choices`` (defaults
+        for the ones not given)."""
+        chosen = {k: int(values.get(k, cls.params[k][0])) for k in cls.choices}
+        wanted = {""} | {f"{k}={v}" for k, v in chosen.items()}
+        return [t for t in cls.touches if t.when in wanted]
+
     # -- lifecycle -----------------------------------------------------------------
     def start(self, ctx: FaultContext) -> FaultEffect:
         """Inject the fault. ``ctx.run`` must be set (``ChaosRunner`` does it)."""
@@ -152,6 +195,7 @@ class Fault(abc.ABC):
             raise FaultError(f"fault {self.name!r} was already started")
         self._journal = ctx.run.journal
         self.run = ctx.run
+        self._on_replace = ctx.on_replace
         self.started = True
         try:
             return self._start(ctx)
@@ -171,13 +215,29 @@ class Fault(abc.ABC):
             with self._lock:
                 entries, self._entries = self._entries, []
             for entry in reversed(entries):
+                assert self._journal is not None
                 try:
-                    revert_entry(entry)
-                    assert self._journal is not None
-                    self._journal.mark_reverted(entry["id"])
+                    rep = revert_entry(entry, self.run)
                 except Exception as exc:  # keep reverting the rest
                     errors.append(f"{self.name}: {entry['kind']}: {exc}")
+                    if entry["kind"] == "restart":
+                        # rolled back by the restart itself: nothing for a later cleanup
+                        self._journal.mark_reverted(entry["id"])
+                    continue
+                self._journal.mark_reverted(entry["id"])
+                if rep is not None:
+                    self.replacements.append(rep)
+                    errors += self._hand_back(rep)
         return errors
+
+    def _hand_back(self, rep: Replacement) -> list[str]:
+        if self._on_replace is None:
+            return []
+        try:
+            self._on_replace(rep)
+        except Exception as exc:  # the owner's ledger already holds it; report, go on
+            return [f"{self.name}: handing {rep.role} pid {rep.pid} back: {exc}"]
+        return []
 
     def record(self, kind: str, **data: Any) -> None:
         """Write a resource to the journal before creating it."""

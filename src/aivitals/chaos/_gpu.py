@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import FaultRefused
 from ..load import completions_request, make_prompt
 from ._clients import client_load
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
 
 __all__ = ["GpuCotenant", "GpuOOM", "GpuXid"]
 
@@ -40,6 +40,14 @@ class GpuXid(Fault):
 
     name = "gpu_xid"
     params = {"code": (79, 1, 200), "interval": (0, 0, 3600)}
+    touches = (
+        Touch(
+            "",
+            "appends Xid events to the sim GPU's state dir (a runner thread repeats them "
+            "when interval > 0)",
+            "nothing to own: an Xid is an event; the thread ends with the fault",
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         sim = _sim(ctx)
@@ -68,6 +76,24 @@ class GpuCotenant(Fault):
     name = "gpu_cotenant"
     params = {"share": (0.6, 0.01, 1.0), "period_seconds": (10, 1, 3600),
               "on_seconds": (5, 0.5, 3600), "real": (0, 0, 1)}  # fmt: skip
+    choices = {"real": (0, 1)}
+    touches = (
+        Touch(
+            "real=0",
+            "starts a helper process that allocates on the sim GPU (state dir)",
+            "the run: stopped and its sim allocation freed at revert; cleanup does both "
+            "after a crash",
+            processes=True,
+        ),
+        Touch(
+            "real=1",
+            "starts a helper process that allocates on CUDA device gpu with torch (refused "
+            "without one)",
+            "the run: stopped at revert (the driver frees its memory); cleanup stops it "
+            "after a crash",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         common = {"gpu": ctx.gpu, "share": self.values["share"],
@@ -103,6 +129,16 @@ class GpuOOM(Fault):
         "concurrency": (8, 1, 256),
         "fill": (0.97, 0, 0.999),
     }
+    touches = (
+        Touch(
+            "",
+            "books fill of the sim GPU's free memory to the service's pid, and starts a "
+            "load-generator helper process",
+            "the run: the booking is freed and the helper stopped at revert; cleanup does "
+            "both after a crash",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         fill = self.values["fill"]

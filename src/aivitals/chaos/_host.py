@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
 
 __all__ = ["ConnectionFlood", "CpuBurn", "DiskIOSaturation"]
 
@@ -21,6 +21,15 @@ class CpuBurn(Fault):
 
     name = "cpu_burn"
     params = {"workers": (0, 0, 256), "load": (100, 1, 100)}
+    touches = (
+        Touch(
+            "",
+            "starts stress-ng (or Python busy loops) in a session of the run",
+            "the run: stopped at revert (and by their own timeout); cleanup stops them "
+            "after a crash",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         workers = int(self.values["workers"]) or (os.cpu_count() or 1)
@@ -66,6 +75,16 @@ class DiskIOSaturation(Fault):
 
     name = "disk_io_saturation"
     params = {"size_mib": (256, 1, 8192), "jobs": (2, 1, 16)}
+    touches = (
+        Touch(
+            "",
+            "starts fio (or a Python writer) and a temp dir aivitals-chaos-<run>-* under "
+            "work_dir (/var/tmp)",
+            "the run: the writer is stopped and the dir removed at revert; cleanup does "
+            "both after a crash",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         assert self.run is not None
@@ -112,6 +131,14 @@ class ConnectionFlood(Fault):
 
     name = "connection_flood"
     params = {"connections": (2000, 1, 20000)}
+    touches = (
+        Touch(
+            "",
+            "starts a helper process holding idle connections to the service",
+            "the run: stopped at revert (and at its own deadline); cleanup stops it after a crash",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         host, port = ctx.host_port

@@ -12,7 +12,7 @@ from typing import ClassVar
 import httpx
 
 from ..errors import ConfigError, FaultError
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
 
 __all__ = ["CHAOS_PATH", "InProcessFault"]
 
@@ -24,6 +24,15 @@ class InProcessFault(Fault):
 
     remote: ClassVar[str]
     free_params = True
+    touches = (
+        Touch(
+            "",
+            "changes the service's own state through its /_aivitals/chaos endpoint (no "
+            "process, no file)",
+            "the service: the revert asks it to stop, and it ends the fault itself 5 s "
+            "after the duration",
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         token = ctx.require("chaos_token")

@@ -23,7 +23,7 @@ import subprocess
 import time
 
 from ..errors import FaultError
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
 from ._journal import netns_exists
 
 __all__ = ["NetworkLatency", "NetworkLoss"]
@@ -124,6 +124,15 @@ class NetworkLoss(_NetFault):
 
     name = "network_loss"
     params = {"percent": (10, 1, 100)}
+    touches = (
+        Touch(
+            "",
+            "creates a network namespace aivitals-<run>-loss, a veth pair and an nft table "
+            "inside the namespace, and starts a proxy process",
+            "the run: all deleted and stopped at revert; cleanup does it after a crash",
+            processes=True,
+        ),
+    )
 
     def _rules(self, ns: str, port: int) -> None:
         assert self.run is not None
@@ -157,3 +166,12 @@ class NetworkLatency(_NetFault):
 
     name = "network_latency"
     params = {"delay_ms": (100, 1, 10000), "jitter_ms": (0, 0, 10000)}
+    touches = (
+        Touch(
+            "",
+            "creates a network namespace aivitals-<run>-late and a veth pair, and starts a "
+            "delaying proxy process",
+            "the run: all deleted and stopped at revert; cleanup does it after a crash",
+            processes=True,
+        ),
+    )

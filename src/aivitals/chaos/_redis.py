@@ -11,10 +11,25 @@ from typing import Any
 import psutil
 
 from ..errors import FaultError, FaultRefused
-from ._fault import Fault, FaultContext, FaultEffect
+from ._fault import Fault, FaultContext, FaultEffect, Touch
+from ._journal import RunDir
 from ._procs import kill_tree, start_time
 
-__all__ = ["CacheStampede", "RedisDown", "redis_command"]
+__all__ = ["CacheStampede", "RedisDown", "keeps_title", "redis_command"]
+
+
+def keeps_title(binary: str) -> list[str]:
+    """``--set-proc-title no`` where redis-server has it (6.2+): a rewritten title
+    overwrites the process's environment and argv, and the run marker in that
+    environment is how a cleanup after a crash finds the process."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+        major, minor = (int(x) for x in out.split("v=", 1)[1].split(".")[:2])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return []
+    return ["--set-proc-title", "no"] if (major, minor) >= (6, 2) else []
 
 
 def redis_command(port: int, *args: str, timeout: float = 2.0) -> bytes:
@@ -40,14 +55,34 @@ class RedisDown(Fault):
     host namespace answers TCP to the Redis port on loopback with a reset, so
     clients see "connection refused/reset" while the redis-server process, which
     belongs to whoever started it, is left alone; revert deletes the table.
-    ``method`` 1 (``kill``): the redis-server (``redis_pid``) is terminated and
-    restarted with its recorded command line on stop; the restarted process is
-    no longer the starter's child, so use it only where nothing else will stop
-    that Redis.
+    ``method`` 1 (``kill``): the redis-server (``redis_pid``, which must listen
+    on ``redis_port``) is terminated and, on stop, started again on the same
+    port and directory. The new process is handed to the context's ``owner``
+    (written into its ledger, passed to ``on_replace``), which stops it as its
+    own. A redis-server with no owner in the context (one the user started) is
+    refused, unless ``allow_foreign_restart`` hands the new process to the
+    caller, who is told its pid.
     """
 
     name = "redis_down"
     params = {"method": (0, 0, 1)}
+    choices = {"method": (0, 1)}
+    touches = (
+        Touch(
+            "method=0",
+            "adds an nft table of the run in the host namespace (TCP to the Redis port on "
+            "loopback reset); the redis-server is left alone",
+            "the table is deleted; nothing new remains",
+        ),
+        Touch(
+            "method=1",
+            "kills the redis-server (redis_pid) and starts a new one on the same port on revert",
+            "the new redis-server belongs to the context's owner (the demo/validate stack "
+            "stops it); refused for a redis-server the run cannot hand back, unless "
+            "--allow-foreign-restart makes it the caller's",
+            processes=True,
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         port = int(ctx.require("redis_port"))
@@ -68,34 +103,45 @@ class RedisDown(Fault):
 
     def _kill(self, ctx: FaultContext, port: int) -> FaultEffect:
         pid = int(ctx.require("redis_pid"))
+        if ctx.owner is None and not ctx.allow_foreign_restart:
+            raise FaultRefused(
+                f"redis_down method=1 kills redis-server pid {pid} and starts a new one on "
+                "revert, but nothing in this run owns that redis-server, so no one would "
+                "stop the new one. Use method=0 (block the port), run it through "
+                "'aivitals validate' or 'aivitals demo' (their stack owns its Redis), or "
+                "pass --allow-foreign-restart to take the restarted redis-server as yours"
+            )
+        if ctx.owner is not None and not RunDir(ctx.owner).owner_alive():
+            raise FaultRefused(f"the owner of redis_pid {pid} ({ctx.owner}) is not running")
+        started = start_time(pid)
         try:
             proc = psutil.Process(pid)
             # The title redis sets starts with the path it was run as; exe() would
             # name the multi-call binary (redis-check-rdb) instead.
             title, cwd = proc.cmdline(), proc.cwd()
             exe = title[0].split()[0] if title else proc.exe()
+            ports = {c.laddr.port for c in proc.net_connections("tcp") if c.status == "LISTEN"}
         except psutil.Error as exc:
             raise FaultRefused(f"redis_pid {pid}: {exc}") from exc
         if "redis" not in Path(exe).name:
             raise FaultRefused(f"redis_pid {pid} is not a redis-server ({exe})")
-        # redis-server rewrites its own command line, so the original argv is lost;
-        # it comes back as a throwaway loopback Redis on the same port and dir.
-        argv = [
-            exe,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            cwd,
-        ]
-        self.record("restart", argv=argv, cwd=cwd, port=port)
-        kill_tree(pid, start_time(pid))
-        return FaultEffect(client_url=ctx.target, details={"method": "kill", "argv": argv})
+        if port not in ports:
+            # a stale or recycled pid: never kill what does not serve this port
+            raise FaultRefused(f"redis_pid {pid} does not listen on redis_port {port}")
+        if "--port" in title and " " not in title[0]:
+            argv = list(title)  # its title was kept (--set-proc-title no): the real argv
+        else:
+            # redis-server rewrote its command line, so the original argv is lost; it
+            # comes back as a throwaway loopback Redis on the same port and dir.
+            argv = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                    "--appendonly", "no", "--dir", cwd, *keeps_title(exe)]  # fmt: skip
+        owner = str(ctx.owner) if ctx.owner is not None else None
+        self.record("restart", role="redis-server", argv=argv, cwd=cwd, port=port, owned_by=owner)
+        kill_tree(pid, started)
+        return FaultEffect(
+            client_url=ctx.target,
+            details={"method": "kill", "argv": argv, "killed": pid, "owner": owner},
+        )
 
 
 def _read_reply(f: Any) -> Any:
@@ -148,6 +194,21 @@ class CacheStampede(Fault):
 
     name = "cache_stampede"
     params = {"interval": (5, 0.5, 3600), "method": (0, 0, 1), "ttl_ms": (500, 1, 3_600_000)}
+    choices = {"method": (0, 1)}
+    touches = (
+        Touch(
+            "method=0",
+            "flushes every key of the service's Redis (FLUSHALL now and every interval), "
+            "from a thread of the runner",
+            "nothing: the keys stay gone (a cache refills); the thread ends with the fault",
+        ),
+        Touch(
+            "method=1",
+            "sets the TTL of every key of the service's Redis to ttl_ms, from a thread of "
+            "the runner",
+            "nothing: the keys expire (a cache refills); the thread ends with the fault",
+        ),
+    )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         port = int(ctx.require("redis_port"))

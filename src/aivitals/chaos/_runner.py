@@ -128,7 +128,9 @@ class ChaosRunner:
         for t in self._timers:
             t.cancel()
         errors = self.stop_all()
-        if not self.run.journal.pending() and not errors:
+        # Kept only while something is left to revert (a later cleanup retries it);
+        # errors with nothing pending were returned to the caller and are final.
+        if not self.run.journal.pending():
             shutil.rmtree(self.run.path, ignore_errors=True)
         self.closed.set()
         self._restore_handlers()
@@ -138,9 +140,18 @@ class ChaosRunner:
 
     # -- faults ----------------------------------------------------------------------
     def start(
-        self, fault: str | Fault, *, duration: float | None = None, **params: Any
+        self,
+        fault: str | Fault,
+        *,
+        duration: float | None = None,
+        context: FaultContext | None = None,
+        **params: Any,
     ) -> ActiveFault:
-        """Start a fault (a name plus ``duration`` and params, or a ``Fault``)."""
+        """Start a fault (a name plus ``duration`` and params, or a ``Fault``).
+
+        ``context`` replaces the runner's context for this fault (a stack whose
+        Redis was replaced by an earlier fault names the new one).
+        """
         if self.run is None or self.closed.is_set():
             raise FaultError("the runner is not open (use it as a context manager)")
         if isinstance(fault, str):
@@ -155,7 +166,8 @@ class ChaosRunner:
                 f"than the configured maximum {self.max_duration:g}s"
             )
         now = time.time()
-        effect = fault.start(self.ctx)
+        ctx = self.ctx if context is None else dataclasses.replace(context, run=self.run)
+        effect = fault.start(ctx)
         active = ActiveFault(fault, effect, now, now + fault.duration)
         with self._mutex:
             self.active.append(active)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -9,8 +10,12 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from ..errors import ServiceError
+
+if TYPE_CHECKING:
+    from ..chaos import RunDir
 
 __all__ = ["RedisServer", "free_port"]
 
@@ -28,16 +33,31 @@ class RedisServer:
 
         with RedisServer() as redis:
             print(redis.url)          # redis://127.0.0.1:PORT/0
+
+    With a ``ledger`` (the owner's ``RunDir``) the temp dir and the process are
+    written to it and the process carries the ledger's run marker, so
+    ``aivitals chaos cleanup`` stops it after a crash of its owner. A fault that
+    kills it and starts a new one hands the new one over with ``adopt``; ``stop``
+    then stops that one.
     """
 
-    def __init__(self, *, port: int | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
+        ledger: RunDir | None = None,
+    ) -> None:
         found = binary or shutil.which("redis-server")
         if found is None:
             raise ServiceError("redis-server not found: apt-get install redis-server")
         self.binary = found
         self.port = port or free_port()
+        self.ledger = ledger
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        #: (pid, start time) of a replacement handed over by a fault
+        self._adopted: tuple[int, float | None] | None = None
 
     @property
     def url(self) -> str:
@@ -45,10 +65,24 @@ class RedisServer:
 
     @property
     def pid(self) -> int | None:
+        if self._adopted is not None:
+            return self._adopted[0]
         return None if self.proc is None else self.proc.pid
 
+    def adopt(self, pid: int, start: float | None) -> None:
+        """Take over a redis-server started in place of ours (same port and dir)."""
+        self._adopted = (pid, start)
+
     def start(self, timeout: float = 10.0) -> RedisServer:
+        from ..chaos._procs import RUN_ENV, start_time
+        from ..chaos._redis import keeps_title
+
         self._tmp = tempfile.TemporaryDirectory(prefix="aivitals-redis-")
+        env = dict(os.environ)
+        env.pop(RUN_ENV, None)
+        if self.ledger is not None:
+            self.ledger.journal.record("path", path=self._tmp.name)
+            env[RUN_ENV] = self.ledger.run_id
         argv = [
             self.binary,
             "--bind", "127.0.0.1",
@@ -58,12 +92,16 @@ class RedisServer:
             "--dir", self._tmp.name,
             "--protected-mode", "yes",
             "--loglevel", "warning",
+            *keeps_title(self.binary),  # the run marker in its environment survives
         ]  # fmt: skip
         log = Path(self._tmp.name) / "redis.log"
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
+        if self.ledger is not None:
+            pid = self.proc.pid
+            self.ledger.journal.record("process", pid=pid, start=start_time(pid), label="redis")
         self._wait(timeout, log)
         return self
 
@@ -92,6 +130,12 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        if self._adopted is not None:
+            from ..chaos._procs import kill_tree
+
+            # before its directory goes: a replacement must not outlive its cwd
+            kill_tree(*self._adopted, grace=5.0)
+            self._adopted = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

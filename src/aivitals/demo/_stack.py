@@ -5,6 +5,12 @@ process in its own process group, so a stop takes its threads and children
 with it), and the agent in this process: collectors (host, process, the sim
 GPU), the scrape of the service, the alert engine on the rule pack, and the
 diagnosis on demand. ``stop()`` is idempotent and also runs at exit.
+
+The stack keeps a ledger (``Stack.ledger``, a chaos ``RunDir`` of kind
+``"stack"``): its temp dirs and processes, and any process a fault started in
+place of one of them (a restarted redis-server), are written there, and its
+processes carry the ledger's run marker. ``stop()`` stops everything in it;
+after a crash of this process ``aivitals chaos cleanup`` does.
 """
 
 from __future__ import annotations
@@ -133,8 +139,10 @@ class ServiceProcess:
         max_fds: int | None = None,
         extra_args: Sequence[str] = (),
         device: str = "auto",
+        ledger: Any = None,
     ) -> None:
         self.max_fds = max_fds
+        self.ledger = ledger
         self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "service.jsonl"
@@ -161,6 +169,11 @@ class ServiceProcess:
             "AIVITALS_DEMO_PROBE_INTERVAL": "1",
             "AIVITALS_DEMO_DEVICE": device,
         }
+        if ledger is not None:
+            from ..chaos._procs import RUN_ENV
+
+            # the ledger's marker: a cleanup after a crash finds it, recorded or not
+            self.env[RUN_ENV] = ledger.run_id
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -180,6 +193,11 @@ class ServiceProcess:
                 start_new_session=True,  # its own process group: one killpg stops it all
                 preexec_fn=self._limit_fds if self.max_fds else None,
             )
+        if self.ledger is not None:
+            from ..chaos._procs import start_time
+
+            pid = self.proc.pid
+            self.ledger.journal.record("process", pid=pid, start=start_time(pid), label="service")
         self.wait_ready(timeout)
 
     def _limit_fds(self) -> None:
@@ -259,11 +277,21 @@ class Stack:
         self.pack: Any = None
         self.started_at = time.time()
         self._stopped = threading.Event()
+        #: the stack's ledger (chaos ``RunDir``, kind "stack"): what it started, for cleanup
+        self.ledger: Any = None
+        #: processes that faults started in place of the stack's own (handed back)
+        self.replacements: list[Any] = []
+        self._adopt_lock = threading.Lock()
 
     # --- life ---------------------------------------------------------------------------
     def start(self) -> Stack:
+        from ..chaos import RunDir, default_root
+
         atexit.register(self.stop)
         try:
+            self.ledger = RunDir.create(default_root(), kind="stack")
+            if self._own_workdir:
+                self.ledger.journal.record("path", path=str(self.workdir))
             self._start_redis()
             self.start_service()
             if self.config.agent:
@@ -275,7 +303,7 @@ class Stack:
 
     def _start_redis(self) -> None:
         if self.config.use_redis and shutil.which("redis-server"):
-            self.redis = RedisServer().start()
+            self.redis = RedisServer(ledger=self.ledger).start()
 
     def start_service(self) -> None:
         """Start (or restart, after it died) the demo service."""
@@ -295,6 +323,7 @@ class Stack:
             # the models run where the GPU signals come from: the real device, or
             # the CPU with their work booked on the simulated one
             device="cuda" if self.config.gpu_backend == "nvml" else "cpu",
+            ledger=self.ledger,
         )
         self.service.start(self.config.ready_timeout)
 
@@ -368,8 +397,30 @@ class Stack:
                 errors.append(f"{name}: {exc}")
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        errors += self._close_ledger()
         if errors:
             raise ServiceError("stopping the stack: " + "; ".join(errors))
+
+    def _close_ledger(self) -> list[str]:
+        """Stop whatever the ledger still holds (a replacement handed over by a
+        fault, a process of a failed start), then remove it."""
+        from ..chaos._journal import replay
+
+        if self.ledger is None:
+            return []
+        errors = replay(self.ledger)
+        if not errors:
+            self.ledger.remove()
+        return [f"ledger {self.ledger.path}: {e}" for e in errors]
+
+    def adopt(self, replacement: Any) -> None:
+        """Take a process a fault started in place of one of ours as our own
+        (``FaultContext.on_replace``); it is already in the ledger."""
+        with self._adopt_lock:
+            self.replacements.append(replacement)
+            redis = self.redis
+            if replacement.role == "redis-server" and redis and replacement.port == redis.port:
+                redis.adopt(replacement.pid, replacement.start)
 
     def __enter__(self) -> Stack:
         return self.start()
@@ -395,6 +446,8 @@ class Stack:
             redis_pid=None if self.redis is None else self.redis.pid,
             chaos_token=self.chaos_token,
             work_dir=self.workdir,
+            owner=None if self.ledger is None else self.ledger.path,
+            on_replace=self.adopt,
             **extra,
         )
 

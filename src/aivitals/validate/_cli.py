@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -51,6 +53,14 @@ __all__ = ["validate"]
     show_default=True,
     help="The simulated GPU, a real CUDA GPU read through NVML, or auto (nvml if present).",
 )
+@click.option(
+    "-p",
+    "--param",
+    "params",
+    multiple=True,
+    metavar="FAULT.KEY=VALUE",
+    help="Override a scenario's fault parameter, e.g. -p redis_down.method=1 (repeatable).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def validate(
     quick: bool,
@@ -62,6 +72,7 @@ def validate(
     recover_max: float | None,
     workdir: Path | None,
     gpu: str,
+    params: tuple[str, ...],
     list_only: bool,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
@@ -88,6 +99,7 @@ def validate(
         recover_max=recover_max,
         workdir=workdir,
         gpu=gpu,
+        params=_params(params),
     )
     report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)
@@ -97,6 +109,22 @@ def validate(
     click.echo(f"\n{report.summary()}; report: {report_path}")
     if not report.passed:
         sys.exit(1)
+
+
+def _params(raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``-p fault.key=value`` items by fault (values parsed as JSON, else text)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        fault, dot, name = key.rpartition(".")
+        if not sep or not dot or not fault or not name:
+            raise ConfigError(f"--param {item!r}: expected FAULT.KEY=VALUE (redis_down.method=1)")
+        try:
+            parsed: Any = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.setdefault(fault, {})[name] = parsed
+    return out
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

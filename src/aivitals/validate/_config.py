@@ -24,7 +24,8 @@ class ValidateConfig:
     for at most ``fault_max`` seconds (earlier when every expected alert fired
     and the diagnosis named the fault, but not before ``fault_min``), then the
     revert and at most ``recover_max`` seconds for the alerts to resolve.
-    Unset phase lengths take the full or quick defaults.
+    Unset phase lengths take the full or quick defaults. ``params`` overrides
+    a scenario's fault parameters: ``{"redis_down": {"method": 1}}``.
     """
 
     quick: bool = False
@@ -37,6 +38,7 @@ class ValidateConfig:
     lock_path: Path | None = None
     workdir: Path | None = None
     rule_params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: "sim" (the simulated GPU), "nvml" (a real CUDA GPU, models on it), or "auto"
     gpu: str = "auto"
 
@@ -56,6 +58,18 @@ class ValidateConfig:
             )
         if self.scenarios is not None and not self.scenarios:
             raise ConfigError("scenarios: empty; name at least one or leave it unset for all")
+        for fault, values in self.params.items():
+            from ..chaos import get_fault
+
+            cls = get_fault(fault)
+            if self.scenarios is not None and fault not in self.scenarios:
+                raise ConfigError(f"params: {fault!r} is not among the scenarios being run")
+            unknown = sorted(set(values) - set(cls.params)) if not cls.free_params else []
+            if unknown:
+                raise ConfigError(
+                    f"params: fault {fault!r} has no {', '.join(unknown)} "
+                    f"(it takes: {', '.join(sorted(cls.params)) or 'none'})"
+                )
 
     def phase(self, key: str) -> float:
         value = getattr(self, key)

@@ -115,6 +115,10 @@ def _run_all(
     from ..chaos import FAULT_TABLE, ChaosRunner
 
     with ChaosRunner(stack.fault_context(), max_duration=3600.0) as runner:
+        if runner.run is not None:
+            report.environment["chaos_run"] = runner.run.run_id
+        if stack.ledger is not None:
+            report.environment["stack_ledger"] = stack.ledger.run_id
         for s in chosen:
             info = FAULT_TABLE.get(s.fault)
             result = ScenarioResult(
@@ -139,7 +143,9 @@ def _run_all(
                 echo(f"[fail] {result.error}")
             finally:
                 stack.probe_via(None)
-                runner.stop_all()
+                errors = runner.stop_all()  # idempotent: what _scenario stopped stays stopped
+                if errors:
+                    echo(result.add(_revert_check(errors, [])).line())
                 result.ended_at = time.time()
             if not stack.service.alive():
                 _restart(stack, result, echo)
@@ -173,11 +179,12 @@ def _scenario(
     base = _steady_load(stack.service.url, plan, _baseline(config, s))
 
     log_offset = _size(stack.service.log_path)
-    params = s.quick_params if config.quick else s.params
+    params = {**(s.quick_params if config.quick else s.params), **config.params.get(s.fault, {})}
     fault_max = _fault_max(config, s)
     span = fault_max + config.phase("recover_max") + 60
     t_fault = time.time()
-    active = runner.start(s.fault, duration=span, **params)
+    # a fresh context: an earlier scenario may have replaced the stack's Redis
+    active = runner.start(s.fault, duration=span, context=stack.fault_context(), **params)
     stack.probe_via(active.client_url)  # the agent's probe takes the clients' path
     phase = LoadPhase(
         active.client_url or stack.service.url,
@@ -206,8 +213,19 @@ def _scenario(
         return
 
     stack.probe_via(None)
-    runner.stop(active)
+    errors = runner.stop(active)
+    if errors or active.fault.replacements:
+        echo(result.add(_revert_check(errors, active.fault.replacements)).line())
     _recover(stack, alerts, config, result, echo, fired)
+
+
+def _revert_check(errors: list[str], replacements: list[Any]) -> Check:
+    """The revert failed somewhere, or restarted a process and handed it back."""
+    handed = [r.describe() for r in replacements]
+    data = {"errors": errors, "replacements": [[r.role, r.pid, r.port] for r in replacements]}
+    if errors:
+        return Check("revert", False, "revert failed: " + "; ".join(errors + handed), data)
+    return Check("revert", None, "; ".join(handed), data)
 
 
 def _baseline(config: ValidateConfig, s: Scenario) -> float:
