@@ -6,6 +6,9 @@
 
     app = protect(app, guard=GuardConfig(), admission=AdmissionConfig(),
                   health=HealthConfig(probe=tiny_inference))
+    service = aivitals.instrument(app)   # instrumentation outside: 429s counted, /metrics free
+
+A complete service: ``examples/service.py`` (the README's example).
 """
 
 from __future__ import annotations
