@@ -20,15 +20,24 @@ __all__ = ["diagnose", "report", "snapshot"]
 FORMATS = ("terminal", "markdown", "json", "html")
 
 
-def _source(agent: str | None, prometheus: str | None, snapshot: str | None) -> Backend:
-    chosen = [x for x in (agent, prometheus, snapshot) if x]
+def _source(
+    agent: str | None,
+    prometheus: str | None,
+    snapshot: str | None,
+    victoriametrics: str | None = None,
+    timeout: float = 10.0,
+) -> Backend:
+    chosen = [x for x in (agent, prometheus, snapshot, victoriametrics) if x]
     if len(chosen) > 1:
-        raise ConfigError("choose one of --agent, --prometheus, --snapshot")
+        raise ConfigError("choose one of --agent, --prometheus, --victoriametrics, --snapshot")
     if snapshot:
         if not Path(snapshot).is_file():
             raise ConfigError(f"--snapshot: no such file: {snapshot!r}")
         return Store.load(snapshot)
-    return PrometheusBackend(prometheus or agent or DEFAULT_AGENT)
+    # VictoriaMetrics answers the Prometheus query API (MetricsQL is a superset of PromQL):
+    # an expression it refuses is listed as unseen, like any failed query
+    url = prometheus or victoriametrics or agent or DEFAULT_AGENT
+    return PrometheusBackend(url, timeout=timeout)
 
 
 def _agent_alerts(url: str) -> list[Any]:
@@ -66,9 +75,24 @@ def _emit(text: str, out: str | None) -> None:
 
 @click.command("diagnose")
 @click.option("--agent", metavar="URL", help=f"An aivitals agent [default {DEFAULT_AGENT}].")
-@click.option("--prometheus", metavar="URL", help="A Prometheus or VictoriaMetrics server.")
+@click.option("--prometheus", metavar="URL", help="A Prometheus server (or anything with its API).")
+@click.option("--victoriametrics", metavar="URL", help="A VictoriaMetrics (single-node) server.")
 @click.option("--snapshot", metavar="FILE", help="A snapshot file (aivitals snapshot).")
 @click.option("--window", default="30m", show_default=True, help="How far back to look.")
+@click.option(
+    "--by",
+    "location",
+    default="node",
+    show_default=True,
+    help="The label that names where (a fleet's node); 'none' never splits.",
+)
+@click.option("--timeout", default="10s", show_default=True, help="Per query, remote backends.")
+@click.option(
+    "--budget",
+    default="60s",
+    show_default=True,
+    help="Time for all queries; what is not asked by then is listed as unseen.",
+)
 @click.option(
     "--at",
     "at",
@@ -82,8 +106,12 @@ def _emit(text: str, out: str | None) -> None:
 def diagnose(
     agent: str | None,
     prometheus: str | None,
+    victoriametrics: str | None,
     snapshot: str | None,
     window: str,
+    location: str,
+    timeout: str,
+    budget: str,
     at: str,
     step: str | None,
     fmt: str,
@@ -94,16 +122,23 @@ def diagnose(
     if win <= 0:
         raise ConfigError(f"--window must be positive, got {window!r}")
     end = parse_time("--at", at, time.time())
-    backend = _source(agent, prometheus, snapshot)
+    per_query = parse_duration("--timeout", timeout)
+    total = parse_duration("--budget", budget)
+    if per_query <= 0 or total <= 0:
+        raise ConfigError("--timeout and --budget must be positive")
+    backend = _source(agent, prometheus, snapshot, victoriametrics, per_query)
     if snapshot and at == "now":
         end = _snapshot_end(backend, end)
-    events = _agent_alerts(agent or DEFAULT_AGENT) if not (prometheus or snapshot) else []
+    remote = prometheus or victoriametrics or snapshot
+    events = _agent_alerts(agent or DEFAULT_AGENT) if not remote else []
     d = run_diagnosis(
         backend,
         end=end,
         window=win,
         step=parse_duration("--step", step) if step else None,
         events=events,
+        location=None if location.lower() == "none" else location,
+        budget=total,
     )
     text = {
         "terminal": d.to_terminal,

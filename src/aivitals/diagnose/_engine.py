@@ -11,11 +11,13 @@ raises.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,7 @@ import numpy as np
 import promql_parser
 
 from .. import signals
-from ..errors import AivitalsError, ConfigError
+from ..errors import BackendError, BackendTimeout, ConfigError
 from ..tsdb import Backend, QueryResult
 from ._detector import DetectorConfig, detect
 from ._model import (
@@ -37,6 +39,7 @@ from ._model import (
     Unseen,
 )
 from ._signatures import EventEvidence, Evidence, Signature, load_signatures
+from ._where import localize, node_of, peer_outlier, where_of
 
 __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
 
@@ -46,6 +49,23 @@ HIGH_CONFIDENCE = 0.6
 REPORT_FLOOR = 0.25
 
 DETECTOR = DetectorConfig(rel_floor=0.01, warmup=20)
+#: After this many backend failures in a row (down, timing out) the rest is not asked.
+MAX_FAILURES = 3
+#: A fault on at least this share of a fleet's nodes (and two of them) is one fleet-wide finding.
+FLEET_WIDE_SHARE = 0.8
+#: A node whose vital is this many times its peers' median (and far outside their spread)
+#: is an outlier.
+PEER_RATIO = 3.0
+PEER_SCORE = 5.0
+#: Vitals compared across nodes when a fleet is diagnosed.
+PEER_VITALS = (
+    "p99_latency",
+    "inference_p99",
+    "error_5xx_rate",
+    "queue_length",
+    "gpu_memory_used",
+    "gpu_process_memory",
+)
 
 
 def _detector(points: int) -> DetectorConfig:
@@ -176,6 +196,40 @@ class _Ctx:
     cache: dict[str, list[_Series] | None] = field(default_factory=dict)
     present: dict[str, bool] = field(default_factory=dict)
     detected: dict[str, list[_Dev]] = field(default_factory=dict)
+    #: fleet mode: the label naming where, the nodes seen, and which nodes have each metric
+    location: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    present_on: dict[str, set[str]] = field(default_factory=dict)
+    index: dict[str, dict[str, list[_Series]]] = field(default_factory=dict)
+    queries: int = 0
+    deadline: float | None = None
+    workers: int = 8
+    failures: int = 0
+    dead: str | None = None
+    skipped: int = 0
+
+    def may_query(self) -> bool:
+        """False once the backend is given up on or the time budget is spent."""
+        if self.dead is None and self.deadline is not None and time.monotonic() > self.deadline:
+            self.dead = "the diagnosis's time budget ran out"
+        if self.dead is not None:
+            self.skipped += 1
+            return False
+        self.queries += 1
+        return True
+
+    def outcome(self, expr: str, exc: BaseException | None, what: str = "query") -> None:
+        """Count a query's success or failure; a run of failures gives the backend up."""
+        if exc is None:
+            self.failures = 0
+            return
+        self.unseen.append(Unseen(expr, f"{what} failed: {type(exc).__name__}: {exc}"))
+        # only an unreachable or unanswering backend trips the breaker: a refused expression
+        # (QueryError) or an error answer to some queries says nothing about the others
+        if _unreachable(exc):
+            self.failures += 1
+            if self.failures >= MAX_FAILURES and self.dead is None:
+                self.dead = f"the backend failed {self.failures} queries in a row ({exc})"
 
     def fetch(self, expr: str) -> list[_Series] | None:
         """The expression's series on the window grid (NaN where absent); None if it failed."""
@@ -188,17 +242,43 @@ class _Ctx:
             out = None if inner is None else [_filtered(s, split[1], split[2]) for s in inner]
             self.cache[expr] = [s for s in out if np.isfinite(s.values).any()] if out else out
             return self.cache[expr]
+        if not self.may_query():
+            self.cache[expr] = None
+            return None
         try:
             res = self.backend.query_range(expr, self.start, self.end, self.step)
-            out = _on_grid(res, self.times, self.step)
-        except AivitalsError as exc:
-            self.unseen.append(Unseen(expr, f"query failed: {type(exc).__name__}: {exc}"))
-            out = None
-        except Exception as exc:  # a backend bug must not stop the diagnosis
-            self.unseen.append(Unseen(expr, f"query failed: {type(exc).__name__}: {exc}"))
-            out = None
-        self.cache[expr] = out
-        return out
+        except Exception as exc:  # a backend bug must not stop the diagnosis either
+            self.outcome(expr, exc)
+            self.cache[expr] = None
+            return None
+        self.outcome(expr, None)
+        if res.warnings:
+            self.unseen.append(Unseen(expr, "partial answer: " + "; ".join(res.warnings)[:300]))
+        self.cache[expr] = _on_grid(res, self.times, self.step)
+        return self.cache[expr]
+
+    def part(self, expr: str, node: str | None) -> list[_Series] | None:
+        """The expression's series of one node (and those without the label); all of them
+        when ``node`` is None."""
+        series = self.fetch(expr)
+        if series is None or node is None or self.location is None:
+            return series
+        idx = self.index.get(expr)
+        if idx is None:
+            idx = {}
+            for sr in series:
+                idx.setdefault(node_of(sr.labels, self.location), []).append(sr)
+            self.index[expr] = idx
+        return idx.get(node, []) + (idx.get("", []) if node else [])
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A timeout, or a transport failure under a BackendError (connection refused, reset)."""
+    import httpx
+
+    if isinstance(exc, BackendTimeout):
+        return True
+    return isinstance(exc, BackendError) and isinstance(exc.__cause__, httpx.TransportError)
 
 
 _THRESHOLD = re.compile(
@@ -255,12 +335,23 @@ def diagnose(
     events: Sequence[EventLike] = (),
     signatures: Sequence[Signature] | None = None,
     params: Mapping[str, Mapping[str, float]] | None = None,
+    location: str | None = "node",
+    budget: float | None = None,
+    workers: int = 8,
 ) -> Diagnosis:
     """Diagnose the window ``[end - window, end]`` of ``backend``.
 
     ``alerts`` are ``AlertEvent``-like objects (``alertname``, ``labels``,
     ``active_at``); ``events`` kernel lines and error-coded logs; ``params``
     overrides signature thresholds by id (``{"gpu_oom": {"memory_ratio": 0.8}}``).
+
+    Over a fleet (series carrying the ``location`` label, ``node`` by default) every
+    question keeps that label, each finding names its node (``where``, ``scope``), a
+    fault on (nearly) every node is one fleet-wide finding, a node far from its peers
+    ranks first, and ``Diagnosis.nodes`` gives each node's verdict. ``location=None``
+    never splits. The number of queries does not grow with the fleet; ``budget``
+    (seconds) bounds the time spent asking, after which the rest is listed as unseen,
+    and ``workers`` queries run at once on a remote backend.
 
     **Usage**::
 
@@ -277,7 +368,11 @@ def diagnose(
     start = end - window
     times = np.arange(start, end + step / 2, step)
     rate = _rate_window(window, step)
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"diagnose budget must be > 0 seconds, got {budget!r}")
     ctx = _Ctx(backend, start, end, step, times, rate)
+    ctx.deadline = None if budget is None else time.monotonic() + budget
+    ctx.workers = max(1, int(workers))
     sigs = list(signatures) if signatures is not None else _builtin()
     unknown = set(params or {}) - {s.id for s in sigs}
     if unknown:
@@ -285,16 +380,25 @@ def diagnose(
     own = [Event(float(e.time), str(e.kind), str(e.text), dict(e.fields)) for e in events]
     all_events = sorted([*own, *_alert_events(alerts)], key=lambda e: e.time)
     all_events = [e for e in all_events if start <= e.time <= end]
-    _check_presence(ctx, sigs)
+    _check_presence(ctx, sigs, location)
     rendered = [s.render((params or {}).get(s.id), rate) for s in sigs]
+    if ctx.location is not None:
+        rendered = [_localized(s, ctx.location) for s in rendered]
+    _prefetch(ctx, rendered)
     _detect_all(ctx, rendered)
     deviations = _vitals(ctx)
-    findings = [f for s in rendered if (f := _evaluate(ctx, s, all_events)) is not None]
+    if ctx.location is None:
+        findings = [f for s in rendered if (f := _evaluate(ctx, s, all_events)) is not None]
+    else:
+        findings = [f for s in rendered for f in _evaluate_fleet(ctx, s, all_events)]
+        findings += _peer_findings(ctx, findings)
     findings = _rank(findings)
     if not any(f.confidence >= 0.5 for f in findings):
-        findings += _fallback(deviations)
+        findings += _fallback(deviations, ctx.location)
     shape = _shape(ctx, deviations, findings)
     layers = _layer_scores(deviations, findings)
+    if ctx.skipped:
+        ctx.unseen.append(Unseen(f"{ctx.skipped} queries", f"not sent: {ctx.dead}"))
     return Diagnosis(
         shape,
         start,
@@ -306,6 +410,9 @@ def diagnose(
         all_events,
         layers,
         time.perf_counter() - t0,
+        queries=ctx.queries,
+        location=ctx.location,
+        nodes=_node_status(ctx, findings) if ctx.location is not None else {},
     )
 
 
@@ -356,7 +463,7 @@ def _metric_names(expr: str) -> set[str]:
     }
 
 
-def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
+def _check_presence(ctx: _Ctx, sigs: Sequence[Signature], location: str | None = None) -> None:
     names: set[str] = set()
     for s in sigs:
         for e in s.evidence:
@@ -365,13 +472,16 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
         names |= _metric_names(expr)
     stored = _stored_names(ctx.backend)
     window = f"{int(ctx.end - ctx.start)}s"
+    # a name the embedded store never saw needs no query
+    asked = [n for n in sorted(names) if stored is None or n in stored]
+    answers = _presence(ctx, asked, window, location)
     missing: dict[str, list[str]] = {}
     for name in sorted(names):
-        # a name the embedded store never saw needs no query
-        never = stored is not None and name not in stored
-        ok = False if never else _present(ctx, name, window)
-        ctx.present[name] = ok
-        if not ok:
+        where = answers.get(name)
+        ctx.present[name] = bool(where)
+        if where:
+            ctx.present_on[name] = where
+        else:
             spec = signals.family_of(name)
             missing.setdefault(spec.source if spec else "scrape", []).append(name)
     for source, metrics in sorted(missing.items()):
@@ -379,6 +489,28 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
             Unseen(
                 f"{source}: {', '.join(metrics)}",
                 "no series in the window (exporter or collector missing?)",
+            )
+        )
+    nodes = sorted({n for where in ctx.present_on.values() for n in where} - {""})
+    if location is not None and nodes:
+        ctx.location, ctx.nodes = location, nodes
+        _missing_on_nodes(ctx)
+
+
+def _missing_on_nodes(ctx: _Ctx) -> None:
+    """Metrics some nodes export and others do not (an older agent, a collector missing)."""
+    gaps: dict[str, list[str]] = {}
+    for name, where in sorted(ctx.present_on.items()):
+        if "" in where:
+            continue  # a shared series stands for every node
+        for node in ctx.nodes:
+            if node not in where:
+                gaps.setdefault(node, []).append(name)
+    for node, metrics in sorted(gaps.items()):
+        ctx.unseen.append(
+            Unseen(
+                f"{ctx.location}={node}: {', '.join(metrics)}",
+                "its peers export these and it does not (an older agent or a missing collector)",
             )
         )
 
@@ -390,24 +522,116 @@ def _stored_names(backend: Backend) -> set[str] | None:
     return set(backend.metric_names()) if isinstance(backend, Store) else None
 
 
-def _present(ctx: _Ctx, name: str, window: str) -> bool:
-    try:
-        res = ctx.backend.query(f"count(last_over_time({name}[{window}]))", ctx.end)
-    except Exception as exc:  # a failing backend is reported, never raised
-        ctx.unseen.append(Unseen(name, f"presence query failed: {type(exc).__name__}: {exc}"))
-        return False
-    return bool(res.values())
+def _presence(
+    ctx: _Ctx, names: Sequence[str], window: str, location: str | None
+) -> dict[str, set[str]]:
+    """For each metric name, the location label values it has series on ("" without one)."""
+    by = f" by ({location})" if location else ""
+    exprs = [f"count{by} (last_over_time({n}[{window}]))" for n in names]
+
+    def ask(expr: str) -> QueryResult:
+        return ctx.backend.query(expr, ctx.end)
+
+    out: dict[str, set[str]] = {}
+    for name, res in zip(names, _run_many(ctx, exprs, ask, "presence query"), strict=True):
+        if res is not None:
+            where = {node_of(s.labels, location) if location else "" for s in res.vector}
+            if where:
+                out[name] = where
+    return out
 
 
-def _seen(ctx: _Ctx, expr: str) -> bool:
-    """An expression is seen when at least one metric it names has data."""
+def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[QueryResult | None]:
+    """``ask(expr)`` for each expression: ``ctx.workers`` at once on a remote backend, in
+    turn on the embedded store. A failure is listed as unseen and answers None; after
+    MAX_FAILURES in a row, or past the budget, the rest are not sent (counted as skipped)."""
+    from concurrent.futures import as_completed
+
+    from ..tsdb import Store
+
+    skip = object()
+
+    def one(expr: str) -> Any:
+        if ctx.dead is not None or (ctx.deadline is not None and time.monotonic() > ctx.deadline):
+            return skip
+        try:
+            return ask(expr)
+        except Exception as exc:  # listed as unseen by account(), never raised
+            return exc
+
+    def account(expr: str, res: Any) -> QueryResult | None:
+        if res is skip:
+            ctx.skipped += 1
+            if ctx.dead is None:
+                ctx.dead = "the diagnosis's time budget ran out"
+            return None
+        ctx.queries += 1
+        if isinstance(res, BaseException):
+            ctx.outcome(expr, res, what)
+            return None
+        ctx.outcome(expr, None)
+        if res.warnings:
+            ctx.unseen.append(Unseen(expr, "partial answer: " + "; ".join(res.warnings)[:300]))
+        return res  # type: ignore[no-any-return]
+
+    if isinstance(ctx.backend, Store) or ctx.workers <= 1 or len(exprs) <= 1:
+        return [account(e, one(e)) for e in exprs]
+    out: dict[int, QueryResult | None] = {}
+    with ThreadPoolExecutor(max_workers=ctx.workers) as pool:
+        futures = {pool.submit(one, e): i for i, e in enumerate(exprs)}
+        # accounted as they finish, so a dead backend stops the queries not yet started
+        for fut in as_completed(futures):
+            i = futures[fut]
+            out[i] = account(exprs[i], fut.result())
+    return [out[i] for i in range(len(exprs))]
+
+
+def _localized(sig: Signature, location: str) -> Signature:
+    evidence = tuple(dataclasses.replace(e, expr=localize(e.expr, location)) for e in sig.evidence)
+    return dataclasses.replace(sig, evidence=evidence)
+
+
+def _vexpr(ctx: _Ctx, template: str) -> str:
+    """A vital's expression for this diagnosis (per node over a fleet)."""
+    expr = template.replace("${rate}", ctx.rate)
+    return localize(expr, ctx.location) if ctx.location else expr
+
+
+def _prefetch(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
+    """Every expression the diagnosis will read, asked at once (one query each)."""
+    from ..tsdb import Store
+
+    if isinstance(ctx.backend, Store) or ctx.workers <= 1:
+        return  # the embedded store answers in-process: nothing to overlap
+    exprs = [_vexpr(ctx, t) for _, _, t in VITALS] + [_vexpr(ctx, "min(up)")]
+    exprs += [e.expr for s in sigs for e in s.evidence]
+    wanted: list[str] = []
+    for e in dict.fromkeys(exprs):
+        split = _threshold_split(e)
+        base = split[0] if split is not None else e
+        if base not in ctx.cache and base not in wanted and _seen(ctx, base):
+            wanted.append(base)
+
+    def ask(expr: str) -> QueryResult:
+        return ctx.backend.query_range(expr, ctx.start, ctx.end, ctx.step)
+
+    for expr, res in zip(wanted, _run_many(ctx, wanted, ask, "query"), strict=True):
+        ctx.cache[expr] = None if res is None else _on_grid(res, ctx.times, ctx.step)
+
+
+def _seen(ctx: _Ctx, expr: str, node: str | None = None) -> bool:
+    """An expression is seen when at least one metric it names has data (on ``node``)."""
     names = _metric_names(expr)
-    return not names or any(ctx.present.get(n, False) for n in names)
+    if not names:
+        return True
+    if node is None or ctx.location is None:
+        return any(ctx.present.get(n, False) for n in names)
+    return any(bool(ctx.present_on.get(n, set()) & {node, ""}) for n in names)
 
 
 def _detect_all(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
     """Fetch every expression the detector must judge and run it once over all their series."""
-    exprs = [t.replace("${rate}", ctx.rate) for _, _, t in VITALS]
+    exprs = [_vexpr(ctx, t) for _, _, t in VITALS]
     exprs += [e.expr for s in sigs for e in s.evidence if e.deviation is not None]
     owners: list[tuple[str, int]] = []
     rows: list[np.ndarray] = []
@@ -451,24 +675,31 @@ def _judge(ctx: _Ctx, s: _Series, first: float, score: float) -> _Dev | None:
 def _vitals(ctx: _Ctx) -> list[SignalDeviation]:
     out: list[SignalDeviation] = []
     for name, layer, template in VITALS:
-        expr = template.replace("${rate}", ctx.rate)
+        expr = _vexpr(ctx, template)
         for dev in ctx.detected.get(expr, []):
             labels, first, direction, score, base, latest = dev
             out.append(SignalDeviation(name, layer, labels, first, direction, score, base, latest))
     return sorted(out, key=lambda d: d.first_deviation)
 
 
-def _deviations(ctx: _Ctx, expr: str, min_change: float = 0.0) -> list[_Dev]:
+def _deviations(
+    ctx: _Ctx, expr: str, min_change: float = 0.0, node: str | None = None
+) -> list[_Dev]:
     out = []
     for dev in ctx.detected.get(expr, []):
+        here = node is None or ctx.location is None or node_of(dev[0], ctx.location) in (node, "")
+        if not here:
+            continue
         base, latest = dev[4], dev[5]
         if abs(latest - base) >= min_change * max(abs(base), 1e-9):
             out.append(dev)
     return out
 
 
-def _evaluate(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> Finding | None:
-    results = [_evidence(ctx, e) for e in sig.evidence]
+def _evaluate(
+    ctx: _Ctx, sig: Signature, events: Sequence[Event], node: str | None = None
+) -> Finding | None:
+    results = [_evidence(ctx, e, node) for e in sig.evidence]
     results += [_event_evidence(e, events) for e in sig.events]
     conf = _confidence(results) * sig.prior
     if conf < REPORT_FLOOR:
@@ -491,20 +722,21 @@ def _evaluate(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> Finding | N
         stop_loss=[_fill(c, labels) for c in sig.stop_loss],
         timeline=[(r.since, r.says) for r in held if r.since is not None],
         summary=sig.summary,
+        where=where_of(lab for r in held for lab, _ in r.values),
     )
 
 
-def _evidence(ctx: _Ctx, ev: Evidence) -> EvidenceResult:
-    if not _seen(ctx, ev.expr):
+def _evidence(ctx: _Ctx, ev: Evidence, node: str | None = None) -> EvidenceResult:
+    if not _seen(ctx, ev.expr, node):
         return EvidenceResult(ev.role, ev.says, ev.expr, held=False, seen=False)
-    series = ctx.fetch(ev.expr)
+    series = ctx.part(ev.expr, node)
     if series is None:
         return EvidenceResult(ev.role, ev.says, ev.expr, held=False, seen=False)
     if ev.deviation is None:
         return _condition(ctx, ev, series)
     devs = [
         d
-        for d in _deviations(ctx, ev.expr, ev.min_change)
+        for d in _deviations(ctx, ev.expr, ev.min_change, node)
         if ev.deviation == "any" or d[2] == ev.deviation
     ]
     if not devs:
@@ -614,7 +846,9 @@ def _rank(findings: list[Finding]) -> list[Finding]:
         lead = 0.0
         if f.first_deviation is not None:
             lead = math.exp(-max(0.0, f.first_deviation - earliest) / 120.0)
-        return f.confidence + 0.08 * lead
+        # a node that stands out from its peers (a fleet diagnosis) is the likelier cause
+        peer = max((e.score for e in f.evidence if e.role == "peer" and e.held), default=0.0)
+        return f.confidence + 0.08 * lead + 0.1 * min(1.0, peer / (2 * PEER_SCORE))
 
     return sorted(findings, key=key, reverse=True)
 
@@ -635,7 +869,7 @@ def _fill(text: str, labels: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: labels.get(m.group(1), f"<{m.group(1)}>"), text)
 
 
-def _fallback(deviations: Sequence[SignalDeviation]) -> list[Finding]:
+def _fallback(deviations: Sequence[SignalDeviation], location: str | None = None) -> list[Finding]:
     """No signature matched: name the most anomalous layers and their signals."""
     by_layer: dict[str, list[SignalDeviation]] = {}
     for d in deviations:
@@ -671,9 +905,199 @@ def _fallback(deviations: Sequence[SignalDeviation]) -> list[Finding]:
                 commands=TOOLBOX.get(layer, []),
                 stop_loss=["Stop the loss first: shift traffic, scale, limit, restart or degrade."],
                 timeline=[(d.first_deviation, ev[i].says) for i, d in enumerate(devs)],
+                where=where_of(d.labels for d in devs),
+                scope="local" if location is None else "node",
             )
         )
     return sorted(out, key=lambda f: f.first_deviation or math.inf)
+
+
+# --- a fleet: per node, fleet-wide, peers ---------------------------------------------------
+def _candidates(ctx: _Ctx, sig: Signature) -> set[str] | None:
+    """Nodes on which every required PromQL evidence has something; None: no node splits it
+    (only shared series or events), so the signature is judged once for all."""
+    assert ctx.location is not None
+    found: set[str] | None = None
+    split = False
+    for ev in sig.of_role("required"):
+        if not _seen(ctx, ev.expr):
+            continue
+        if ev.deviation is None:
+            on = {node_of(sr.labels, ctx.location) for sr in ctx.fetch(ev.expr) or []}
+        else:
+            on = {node_of(d[0], ctx.location) for d in ctx.detected.get(ev.expr, [])}
+        if "" in on:
+            continue  # a shared series holds for every node
+        split = True
+        found = on if found is None else found & on
+    return (found or set()) if split else None
+
+
+def _evaluate_fleet(ctx: _Ctx, sig: Signature, events: Sequence[Event]) -> list[Finding]:
+    """The signature judged per node, from the one answer per expression: one finding per
+    node it holds on, or ONE fleet-wide finding when it holds on (nearly) all of them."""
+    assert ctx.location is not None
+    loc = ctx.location
+    nodes = _candidates(ctx, sig)
+    if nodes is None:
+        f = _evaluate(ctx, sig, events)
+        if f is None:
+            return []
+        if len(ctx.nodes) < 2:
+            return [dataclasses.replace(f, scope="node", nodes=tuple(ctx.nodes))]
+        return [_fleet_wide(ctx, f, dict.fromkeys(ctx.nodes, f))]
+    found: dict[str, Finding] = {}
+    for node in sorted(nodes):
+        mine = [e for e in events if e.fields.get(loc) in (None, node)]
+        f = _evaluate(ctx, sig, mine, node)
+        if f is not None:
+            found[node] = f
+    if len(ctx.nodes) >= 2 and len(found) >= max(2.0, FLEET_WIDE_SHARE * len(ctx.nodes)):
+        best = max(found.values(), key=lambda f: f.confidence)
+        return [_fleet_wide(ctx, best, found)]
+    return [_on_node(ctx, sig, node, f) for node, f in found.items()]
+
+
+def _fleet_wide(ctx: _Ctx, best: Finding, found: Mapping[str, Finding]) -> Finding:
+    n, k = len(ctx.nodes), len(found)
+    conf = float(np.mean([f.confidence for f in found.values()]))
+    title = re.sub(rf"\s*\bon {re.escape(ctx.location or '')}\S*", "", best.title)
+    spared = sorted(set(ctx.nodes) - set(found))
+    says = f"Holds on {k} of {n} nodes" + (f" (not on {', '.join(spared[:5])})" if spared else "")
+    ev = EvidenceResult("fleet", says, f"{ctx.location} in {k}/{n}", True, True, score=k / n)
+    where = {
+        key: value
+        for key, value in best.where.items()
+        if key != ctx.location and all(f.where.get(key) == value for f in found.values())
+    }
+    return dataclasses.replace(
+        best,
+        title=f"Fleet-wide ({k} of {n} nodes): {title}",
+        confidence=round(conf, 3),
+        evidence=[*best.evidence, ev],
+        where=where,
+        scope="fleet",
+        nodes=tuple(sorted(found)),
+    )
+
+
+def _on_node(ctx: _Ctx, sig: Signature, node: str, f: Finding) -> Finding:
+    assert ctx.location is not None
+    where = {ctx.location: node, **{k: v for k, v in f.where.items() if k != ctx.location}}
+    evidence = list(f.evidence)
+    peer = _peer_evidence(ctx, sig, node)
+    if peer is not None:
+        evidence.append(peer)
+    return dataclasses.replace(
+        f,
+        title=f"{f.title} on {node}",
+        evidence=evidence,
+        where=where,
+        scope="node",
+        nodes=(node,),
+    )
+
+
+def _node_values(ctx: _Ctx, expr: str) -> dict[str, float]:
+    """Each node's recent level of an expression (its largest series, median of the last
+    quarter of the window): what the node's peers are compared on."""
+    assert ctx.location is not None
+    recent = ctx.times >= ctx.end - max(4 * ctx.step, 0.25 * (ctx.end - ctx.start))
+    out: dict[str, float] = {}
+    for sr in ctx.fetch(expr) or []:
+        node = node_of(sr.labels, ctx.location)
+        vals = sr.values[recent]
+        vals = vals[np.isfinite(vals)]
+        if node and vals.size:
+            out[node] = max(out.get(node, -math.inf), float(np.median(vals)))
+    return out
+
+
+def _peer_evidence(ctx: _Ctx, sig: Signature, node: str) -> EvidenceResult | None:
+    """The node's value of the signature's first required PromQL evidence against its peers'."""
+    for ev in sig.of_role("required"):
+        split = _threshold_split(ev.expr)
+        base = split[0] if split is not None else ev.expr
+        values = _node_values(ctx, base)
+        got = peer_outlier(values, node)
+        if got is None:
+            continue
+        score, value, med = got
+        return EvidenceResult(
+            "peer",
+            f"{node}: {value:.4g} where its {len(values) - 1} peers' median is {med:.4g}",
+            base,
+            held=score >= PEER_SCORE,
+            seen=True,
+            values=(({ctx.location or "node": node}, value),),
+            score=min(score, 1e6),
+        )
+    return None
+
+
+def _peer_findings(ctx: _Ctx, findings: Sequence[Finding]) -> list[Finding]:
+    """A node whose vital is PEER_RATIO times its peers' median, far outside their spread,
+    when no signature named that node: the outlier, ranked by how far it stands."""
+    assert ctx.location is not None
+    named = {n for f in findings if f.scope == "node" for n in f.nodes}
+    out: list[Finding] = []
+    for name, layer, template in VITALS:
+        if name not in PEER_VITALS:
+            continue
+        expr = _vexpr(ctx, template)
+        values = _node_values(ctx, expr)
+        for node in sorted(values):
+            got = peer_outlier(values, node)
+            if got is None or node in named:
+                continue
+            score, value, med = got
+            if score < PEER_SCORE or value < PEER_RATIO * max(med, 0.0) or value <= 0:
+                continue
+            says = f"{name} on {node} is {value:.4g}, its peers' median {med:.4g}"
+            ev = EvidenceResult(
+                "peer", says, expr, True, True, values=(({ctx.location: node}, value),),
+                score=min(score, 1e6), new=True,
+            )  # fmt: skip
+            ratio = f"{value / med:.1f}x" if med > 0 else "far above"
+            out.append(
+                Finding(
+                    signature=f"peer_outlier_{name}",
+                    layer=layer,
+                    title=f"{node}: {name} at {ratio} its peers' median",
+                    confidence=0.45,
+                    evidence=[ev],
+                    first_deviation=None,
+                    commands=TOOLBOX.get(layer, []),
+                    stop_loss=[f"Take {node} out of rotation while the others serve."],
+                    where={ctx.location: node},
+                    scope="node",
+                    nodes=(node,),
+                )
+            )
+            named.add(node)
+    return out
+
+
+def _node_status(ctx: _Ctx, findings: Sequence[Finding]) -> dict[str, str]:
+    """Each node's verdict: the findings naming it, a fleet-wide fault, down, or healthy."""
+    status: dict[str, list[str]] = {n: [] for n in ctx.nodes}
+    recent = ctx.times >= ctx.end - min(60.0, max(4 * ctx.step, 0.25 * (ctx.end - ctx.start)))
+    assert ctx.location is not None
+    for sr in ctx.fetch(_vexpr(ctx, "min(up)")) or []:
+        vals = sr.values[recent]
+        vals = vals[np.isfinite(vals)]
+        node = node_of(sr.labels, ctx.location)
+        if node in status and vals.size and vals[-1] < 1:
+            status[node].append("scrape target down")
+    for f in findings:
+        if f.confidence < REPORT_FLOOR:
+            continue
+        for node in f.nodes:
+            if node in status:
+                status[node].append(
+                    f.signature if f.scope == "node" else f"fleet-wide {f.signature}"
+                )
+    return {n: ", ".join(dict.fromkeys(v)) if v else "healthy" for n, v in status.items()}
 
 
 def _shape(ctx: _Ctx, devs: Sequence[SignalDeviation], findings: Sequence[Finding]) -> Shape:
@@ -705,7 +1129,7 @@ def _target_down(ctx: _Ctx) -> bool:
     if not ctx.present.get("up"):
         return False
     recent = ctx.times >= ctx.end - 60.0
-    for s in ctx.fetch("min(up)") or []:
+    for s in ctx.fetch(_vexpr(ctx, "min(up)")) or []:
         vals = s.values[recent]
         vals = vals[np.isfinite(vals)]
         if vals.size and vals.min() < 1:

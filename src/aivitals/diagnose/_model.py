@@ -112,6 +112,12 @@ class Finding:
     stop_loss: Sequence[str]
     timeline: Sequence[tuple[float, str]] = ()
     summary: str = ""
+    #: Where: the location labels of the evidence that held (node, instance, gpu, pid,
+    #: model...). ``scope`` is "local" (one machine, no location label), "node" (one node
+    #: of a fleet) or "fleet" (the same fault on (nearly) every node: ``nodes`` lists them).
+    where: Mapping[str, str] = field(default_factory=dict)
+    scope: str = "local"
+    nodes: Sequence[str] = ()
 
     @property
     def held(self) -> list[EvidenceResult]:
@@ -137,6 +143,13 @@ class Diagnosis:
     events: Sequence[Event] = ()
     layers: Mapping[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    #: Queries sent to the backend (bounded by the signatures, never by the fleet's size).
+    queries: int = 0
+    #: The label that names where (``node``), when the data has it: a fleet diagnosis.
+    location: str | None = None
+    #: Each node of the fleet and its verdict: "healthy", the signatures naming it,
+    #: "fleet-wide: <signature>", or "scrape target down".
+    nodes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def top(self) -> Finding | None:

@@ -34,10 +34,36 @@ def _labels(labels: object) -> str:
 
 
 def _header(d: Diagnosis) -> str:
-    return (
+    head = (
         f"window {_t(d.start)}-{_t(d.end)} UTC (step {d.step:g}s), shape: {d.shape}, "
         f"diagnosed in {d.elapsed_s:.2f}s"
     )
+    if d.queries:
+        head += f" with {d.queries} queries"
+    if d.location is not None:
+        head += f", {len(d.nodes)} nodes by {d.location}"
+    return head
+
+
+def _where(f: Finding) -> str:
+    """Where a finding is: the fleet's share, or its node, instance, GPU, pid, model."""
+    if f.scope == "fleet":
+        return f"fleet-wide on {len(f.nodes)} nodes" + (
+            " (" + ", ".join(f"{k}={v}" for k, v in f.where.items()) + ")" if f.where else ""
+        )
+    return ", ".join(f"{k}={v}" for k, v in f.where.items())
+
+
+def _node_lines(d: Diagnosis) -> list[str]:
+    """Nodes grouped by verdict: each fault's nodes named, the healthy ones counted."""
+    by: dict[str, list[str]] = {}
+    for node, verdict in d.nodes.items():
+        by.setdefault(verdict, []).append(node)
+    lines = []
+    for verdict, nodes in sorted(by.items(), key=lambda kv: (kv[0] == "healthy", kv[0])):
+        shown = ", ".join(nodes[:12]) + (f" and {len(nodes) - 12} more" if len(nodes) > 12 else "")
+        lines.append(f"{verdict}: {shown}")
+    return lines
 
 
 def to_markdown(d: Diagnosis) -> str:
@@ -49,6 +75,11 @@ def to_markdown(d: Diagnosis) -> str:
         w("No finding: nothing left its baseline and no signature matched.\n\n")
     for i, f in enumerate(d.findings[:MAX_FINDINGS], 1):
         _md_finding(w, i, f)
+    if d.nodes:
+        w("## Nodes\n\n")
+        for line in _node_lines(d):
+            w(f"- {line}\n")
+        w("\n")
     if d.deviations:
         w(
             "## Timeline (first deviation)\n\n"
@@ -78,6 +109,8 @@ def _md_finding(write: Callable[[str], object], i: int, f: Finding) -> None:
         f"layer **{f.layer}**, signature `{f.signature}`, confidence **{f.confidence:.2f}**, "
         f"first deviation {_t(f.first_deviation)}\n\n"
     )
+    if f.where or f.scope == "fleet":
+        write(f"where: {_where(f)}\n\n")
     if f.summary:
         write(f"{f.summary}\n\n")
     write("Evidence:\n\n")
@@ -111,6 +144,8 @@ def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
             f"\n[bold {colour}]{i}. {f.title}[/]  layer={f.layer} "
             f"confidence={f.confidence:.2f} since {_t(f.first_deviation)}"
         )
+        if f.where or f.scope == "fleet":
+            console.print(f"   where: {_where(f)}", markup=False, highlight=False)
         table = Table(show_header=False, box=None, padding=(0, 1))
         for e in f.evidence:
             mark = (
@@ -123,6 +158,10 @@ def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
             console.print(f"  $ {c}", markup=False, highlight=False)
         for c in f.stop_loss[:2]:
             console.print(f"  stop-loss: {c}", markup=False, highlight=False)
+    if d.nodes:
+        console.print("\n[bold]Nodes[/bold]")
+        for line in _node_lines(d):
+            console.print(f"  {line}", markup=False, highlight=False)
     if d.deviations:
         console.print("\n[bold]Timeline[/bold]")
         for dv in d.deviations[:15]:
@@ -166,6 +205,8 @@ def to_html(d: Diagnosis) -> str:
             f"<code>{e(f.signature)}</code>, <span class='conf'>confidence "
             f"{f.confidence:.2f}</span>, first deviation {_t(f.first_deviation)}</p>"
         )
+        if f.where or f.scope == "fleet":
+            parts.append(f"<p>where: {e(_where(f))}</p>")
         parts.append("<table><tr><th></th><th>role</th><th>evidence</th><th>values</th></tr>")
         for ev in f.evidence:
             cls = "held" if ev.held else ("unseen" if not ev.seen else "no")
@@ -183,6 +224,10 @@ def to_html(d: Diagnosis) -> str:
                 + "".join(f"<li>{e(c)}</li>" for c in f.stop_loss)
                 + "</ul>"
             )
+    if d.nodes:
+        parts.append(
+            "<h2>Nodes</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in _node_lines(d)) + "</ul>"
+        )
     if d.unseen:
         parts.append(
             "<h2>Could not see</h2><ul>"

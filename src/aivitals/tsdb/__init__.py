@@ -16,9 +16,9 @@ from ._time import DEFAULT_AGENT, parse_duration, parse_time
 from ._types import Backend, InstantSample, QueryResult, RangeSeries, ResultType
 
 __all__ = [
+    "DEFAULT_AGENT",
     "AppendStats",
     "Backend",
-    "DEFAULT_AGENT",
     "InstantSample",
     "PrometheusBackend",
     "QueryResult",

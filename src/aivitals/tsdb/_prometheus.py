@@ -3,12 +3,16 @@
 Works with Prometheus and anything that speaks its query API (VictoriaMetrics,
 Thanos, Mimir). httpx errors are mapped here, at the boundary: a timeout is
 ``BackendTimeout``, a 400/422 answer (``bad_data``, ``execution``) is
-``QueryError``, anything else ``BackendError``.
+``QueryError``, anything else ``BackendError``. ``queries`` and
+``bytes_received`` count what was asked and fetched (the diagnosis reports
+them), ``warnings`` in an answer (a partial result) come back in the
+``QueryResult``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -37,6 +41,10 @@ class PrometheusBackend:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._client = httpx.Client(timeout=timeout)
+        self._lock = threading.Lock()
+        #: Queries sent and answer bytes received since creation (thread-safe counters).
+        self.queries = 0
+        self.bytes_received = 0
 
     def close(self) -> None:
         self._client.close()
@@ -49,16 +57,22 @@ class PrometheusBackend:
 
     def query(self, expr: str, at: float | None = None) -> QueryResult:
         t = time.time() if at is None else at
-        data = self._get("/api/v1/query", {"query": expr, "time": _fmt(t)}, expr)
-        return _result(data)
+        data, warnings = self._get("/api/v1/query", {"query": expr, "time": _fmt(t)}, expr)
+        return _result(data, warnings)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult:
         params = {"query": expr, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)}
-        return _result(self._get("/api/v1/query_range", params, expr))
+        return _result(*self._get("/api/v1/query_range", params, expr))
 
-    def _get(self, path: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+    def _get(
+        self, path: str, params: dict[str, str], expr: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        with self._lock:
+            self.queries += 1
         try:
             resp = self._client.get(self.url + path, params=params)
+            with self._lock:
+                self.bytes_received += len(resp.content)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(f"{self.url}: no answer within {self.timeout}s") from exc
         except httpx.HTTPError as exc:
@@ -80,14 +94,16 @@ class PrometheusBackend:
         data = body.get("data")
         if not isinstance(data, dict):
             raise BackendError(f"{self.url}: answer without data")
-        return data
+        raw_warnings = body.get("warnings") or ()
+        warnings = tuple(str(w) for w in raw_warnings) if isinstance(raw_warnings, list) else ()
+        return data, warnings
 
 
 def _fmt(t: float) -> str:
     return f"{t:.3f}"
 
 
-def _result(data: dict[str, Any]) -> QueryResult:
+def _result(data: dict[str, Any], warnings: tuple[str, ...] = ()) -> QueryResult:
     kind = data.get("resultType")
     res: Any = data.get("result")
     try:
@@ -98,6 +114,7 @@ def _result(data: dict[str, Any]) -> QueryResult:
                     InstantSample(dict(r["metric"]), float(r["value"][1]), float(r["value"][0]))
                     for r in res
                 ],
+                warnings=warnings,
             )
         if kind == "matrix":
             return QueryResult(
@@ -106,11 +123,12 @@ def _result(data: dict[str, Any]) -> QueryResult:
                     RangeSeries(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]])
                     for r in res
                 ],
+                warnings=warnings,
             )
         if kind == "scalar":
-            return QueryResult("scalar", scalar=(float(res[0]), float(res[1])))
+            return QueryResult("scalar", scalar=(float(res[0]), float(res[1])), warnings=warnings)
         if kind == "string":
-            return QueryResult("string", string=(float(res[0]), str(res[1])))
+            return QueryResult("string", string=(float(res[0]), str(res[1])), warnings=warnings)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BackendError(f"malformed {kind} result: {exc}") from exc
     raise BackendError(f"unknown result type {kind!r}")

@@ -33,13 +33,18 @@ class RangeSeries:
 
 @dataclass(frozen=True, slots=True)
 class QueryResult:
-    """A PromQL answer. Exactly one of the payload fields is meaningful, per ``type``."""
+    """A PromQL answer. Exactly one of the payload fields is meaningful, per ``type``.
+
+    ``warnings`` are the server's own (a partial answer from Thanos, Mimir or
+    VictoriaMetrics, a dropped series): the data is still used, the caller says so.
+    """
 
     type: ResultType
     vector: Sequence[InstantSample] = field(default_factory=tuple)
     matrix: Sequence[RangeSeries] = field(default_factory=tuple)
     scalar: tuple[float, float] | None = None
     string: tuple[float, str] | None = None
+    warnings: Sequence[str] = ()
 
     def values(self) -> list[float]:
         """The values of a vector or scalar result, for quick checks."""

@@ -1,0 +1,137 @@
+"""Where a finding is: PromQL kept per node, series grouped by node, peers compared.
+
+A fleet diagnosis asks each question once for the whole fleet (no per-node or
+per-series fan-out): every aggregation of a signature or vital keeps the
+location label (``sum(x)`` becomes ``sum by (node) (x)``, ``on ()`` becomes
+``on (node)``), so one answer holds every node's series, and the engine reads
+each node's share of it. Series without the label (a shared exporter) belong to
+every node.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import promql_parser
+
+__all__ = ["WHERE_KEYS", "localize", "node_of", "peer_outlier", "where_of"]
+
+#: Labels that say where: copied from the evidence onto a finding's ``where``.
+WHERE_KEYS = ("node", "instance", "job", "gpu", "uuid", "pid", "process", "model", "pod")
+
+_AGG = re.compile(
+    r"\b(sum|min|max|avg|count|group|stddev|stdvar|topk|bottomk|quantile|count_values)\b"
+    r"(?P<mod>\s*(?:by|without)\s*\([^()]*\))?\s*\("
+)
+_TRAILING = re.compile(r"\s*(by|without)\s*\(([^()]*)\)")
+_ON = re.compile(r"\bon\s*\(([^()]*)\)")
+
+
+def _close(text: str, open_at: int) -> int:
+    """Index of the parenthesis closing the one at ``open_at`` (strings skipped)."""
+    depth, i, quote = 0, open_at, ""
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _with(labels: str, label: str) -> str:
+    names = [x.strip() for x in labels.split(",") if x.strip()]
+    return ", ".join(names if label in names else [*names, label])
+
+
+@functools.lru_cache(maxsize=4096)
+def localize(expr: str, label: str) -> str:
+    """``expr`` with every aggregation and ``on (...)`` match keeping ``label``.
+
+    >>> localize("histogram_quantile(0.99, sum by (le) (rate(x[1m])))", "node")
+    'histogram_quantile(0.99, sum by (le, node) (rate(x[1m])))'
+    >>> localize("max(a / b)", "node")
+    'max by (node) (a / b)'
+
+    ``without`` clauses keep the label already; an expression that would not parse
+    after the rewrite is returned unchanged (and stays a fleet-wide question).
+    """
+    out = expr
+    pos = 0
+    while True:
+        m = _AGG.search(out, pos)
+        if m is None:
+            break
+        mod = m.group("mod")
+        paren = m.end() - 1
+        if mod is not None:
+            if mod.strip().startswith("by"):
+                inner = mod[mod.index("(") + 1 : mod.rindex(")")]
+                new_mod = f" by ({_with(inner, label)}) "
+                out = out[: m.start("mod")] + new_mod + out[m.end("mod") :].lstrip()
+            pos = m.start() + 1
+            continue
+        close = _close(out, paren)
+        if close < 0:
+            return expr
+        trailing = _TRAILING.match(out, close + 1)
+        if trailing is not None:
+            if trailing.group(1) == "by":
+                clause = f" by ({_with(trailing.group(2), label)})"
+                out = out[: close + 1] + clause + out[trailing.end() :]
+        else:
+            out = out[: m.end(1)] + f" by ({label}) " + out[m.end(1) :].lstrip()
+        pos = m.start() + 1
+    out = _ON.sub(lambda mm: f"on ({_with(mm.group(1), label)})", out)
+    try:
+        promql_parser.parse(out)
+    except ValueError:
+        return expr
+    return out
+
+
+def node_of(labels: Mapping[str, str], label: str) -> str:
+    """The node a series belongs to; "" for a series without the label (every node's)."""
+    return labels.get(label, "")
+
+
+def where_of(labels: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The location labels of held evidence: each key's first value, in WHERE_KEYS order."""
+    found: dict[str, str] = {}
+    for lab in labels:
+        for k in WHERE_KEYS:
+            if k in lab and k not in found:
+                found[k] = str(lab[k])
+    return {k: found[k] for k in WHERE_KEYS if k in found}
+
+
+def peer_outlier(values: Mapping[str, float], node: str) -> tuple[float, float, float] | None:
+    """How far ``node``'s value stands from its peers': (score, value, peers' median).
+
+    The score is the distance from the peers' median in robust spreads (MAD, floored
+    at 5 % of the median so a flat fleet does not make noise infinite). None when
+    fewer than two peers have a value.
+    """
+    if node not in values:
+        return None
+    peers = np.array([v for k, v in values.items() if k != node and np.isfinite(v)])
+    if peers.size < 2:
+        return None
+    med = float(np.median(peers))
+    spread = float(np.median(np.abs(peers - med))) * 1.4826
+    scale = max(spread, 0.05 * abs(med), 1e-12)
+    value = float(values[node])
+    return abs(value - med) / scale, value, med
