@@ -182,7 +182,13 @@ def test_a_missing_metric_says_so(docs: dict[str, dict[str, Any]]) -> None:
         for panel in doc["panels"][1:]:
             if panel["type"] in ("timeseries", "stat", "table", "heatmap"):
                 assert panel["fieldConfig"]["defaults"]["noValue"].startswith("No data"), panel
+    # an event counter has no series before its first event: its panel shows 0 instead,
+    # and the coverage panel does not call a healthy service's missing errors "not collected"
+    overview = docs["aivitals-overview"]["panels"][0]["targets"][0]["expr"]
+    assert "absent(errors_total{" not in overview
+    assert "absent(http_request_duration_seconds_count{" in overview
     gpu = docs["aivitals-gpu"]["panels"][0]["targets"][0]["expr"]
+    assert "absent(gpu_xid_errors_total{" not in gpu
     assert 'absent(DCGM_FI_DEV_FB_USED{node=~"$node", instance=~"$instance"})' in gpu
 
 

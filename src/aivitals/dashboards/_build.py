@@ -101,9 +101,12 @@ def _dashboard(spec: DashboardSpec, pack: RulePack) -> dict[str, Any]:
         builder = builder.with_variable(variable)
     next_id = 1
     families: set[str] = set()
+    lazy: set[str] = set()
     for row in spec.rows:
         for panel in row.panels:
             families |= panel_families(panel)
+            lazy |= set(panel.lazy)
+    families -= lazy
     if families:
         builder = builder.with_panel(_coverage_panel(sorted(families), ds, next_id))
         next_id += 1

@@ -43,6 +43,10 @@ class PanelSpec:
     #: markdown of a text panel
     content: str = ""
     stack: bool = False
+    #: event counters that have no series until their first event (an error, a
+    #: rejection, an Xid): the panel shows 0 through a fallback, and the "Not
+    #: collected" panel leaves them out rather than call a healthy service broken
+    lazy: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,7 @@ OVERVIEW = DashboardSpec(
                     unit="ops",
                     description="aivitals' error-code table (CUDA_OOM, DEPENDENCY_TIMEOUT, ...).",
                     width=12,
+                    lazy=("errors_total",),
                 ),
                 PanelSpec(
                     "Model errors by error code",
@@ -193,6 +198,7 @@ OVERVIEW = DashboardSpec(
                     ),
                     unit="ops",
                     width=12,
+                    lazy=("model_inference_errors_total",),
                 ),
             ),
         ),
@@ -401,6 +407,7 @@ QUEUE = DashboardSpec(
                         )
                     ),
                     unit="ops",
+                    lazy=("queue_rejections_total",),
                 ),
             ),
         ),
@@ -452,6 +459,7 @@ QUEUE = DashboardSpec(
                         ),
                     ),
                     unit="ops",
+                    lazy=("admission_rejections_total", "request_timeouts_total"),
                 ),
             ),
         ),
@@ -542,8 +550,9 @@ GPU = DashboardSpec(
                 PanelSpec(
                     "Throttle (clock event) reasons active",
                     "timeseries",
-                    _q((f"{series('gpu_clock_event_active')} == 1", GPU_LEGEND + " {{reason}}")),
-                    description="One line per active reason (power cap, thermal, idle, ...).",
+                    _q((series("gpu_clock_event_active"), GPU_LEGEND + " {{reason}}")),
+                    description="1 while the reason holds the clocks down (power cap, thermal, "
+                    "idle, ...); 0 otherwise, so a healthy GPU shows flat lines, not no data.",
                 ),
                 PanelSpec(
                     "PCIe throughput",
@@ -566,13 +575,16 @@ GPU = DashboardSpec(
                         (
                             "sum by (node, instance, gpu, xid, meaning) ("
                             + series("gpu_xid_errors_total", fn="increase")
-                            + ")",
+                            + ") or sum by (node, instance, gpu) ("
+                            + series("gpu_memory_used_bytes")
+                            + ") * 0",
                             "{{node}} gpu {{gpu}} Xid {{xid}} {{meaning}}",
                         )
                     ),
                     alert="GPUXidError",
                     description="Increases of the Xid counter by code (79: fallen off the bus, "
                     "48: double-bit ECC, 13/31/43: application faults).",
+                    lazy=("gpu_xid_errors_total",),
                 ),
                 PanelSpec(
                     "Last Xid code (DCGM semantics)",
@@ -761,6 +773,7 @@ HOST = DashboardSpec(
                         ),
                     ),
                     alert="HostOOMKill",
+                    lazy=("kernel_oom_kills_total",),
                 ),
                 PanelSpec(
                     "Collectors up",
