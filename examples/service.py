@@ -2,8 +2,7 @@
 
     pip install 'aivitals[demo]'      # or, in the checkout: make demo (it sets up .venv)
     python examples/service.py        # serves on 127.0.0.1:8000
-    curl -s 127.0.0.1:8000/v1/generate -H 'content-type: application/json' \
-         -d '{"prompt": "hello", "max_new_tokens": 8}'
+    curl -s 127.0.0.1:8000/v1/generate -H 'content-type: application/json' -d '{"prompt": "hi"}'
     curl -s 127.0.0.1:8000/metrics | grep -E '^(model_|http_request_duration)'
 
 The model is a stand-in that downloads nothing: a tiny GPT-2 built from a config with
