@@ -261,39 +261,46 @@ def test_bad_input_gets_a_clear_error(served: tuple[types.ModuleType, str]) -> N
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_an_abort_stops_generate_at_the_next_token(
+def test_a_deadline_answers_504_and_stops_generate_at_the_next_token(
     served: tuple[types.ModuleType, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # What the deadline middleware does when a request runs out of time: abort_request
-    # on its id. The example's stopping criterion must end generate() at the next token.
-    from aivitals.instrument import REQUEST_ID, InferenceAborted, abort_request
-
+    # A slow model (20 ms a token) and a 0.3 s deadline: the deadline middleware answers
+    # 504 and calls abort_request; the example's stopping criterion must end generate()
+    # at the next token instead of running all 64 for nobody.
     module, url = served
-    before = _scrape(url)
-    me = threading.get_ident()
     steps = 0
     forward = module.model.forward
 
-    def counting_forward(*args: Any, **kwargs: Any) -> Any:
+    def slow_forward(*args: Any, **kwargs: Any) -> Any:
         nonlocal steps
-        if threading.get_ident() == me:  # the health probe's thread is not ours
-            steps += 1
-            if steps == 3:
-                abort_request("readme-abort", "deadline")
+        steps += 1
+        time.sleep(0.02)
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(module.model, "forward", counting_forward)
-    token = REQUEST_ID.set("readme-abort")
-    try:
-        with pytest.raises(InferenceAborted):
-            module.run_model("hello", 64)
-    finally:
-        REQUEST_ID.reset(token)
-    assert steps == 3  # stopped at once, not after 64 tokens
-    after = _scrape(url)
-    aborts = "model_aborts_total"
-    assert (
-        _value(after, aborts, model=MODEL, reason="deadline")
-        - _value(before, aborts, model=MODEL, reason="deadline")
-        == 1
+    before = _scrape(url)
+    monkeypatch.setattr(module.model, "forward", slow_forward)
+    response = httpx.post(
+        url + ROUTE,
+        json={"prompt": "hello", "max_new_tokens": 64},
+        headers={"x-request-timeout": "0.3", "x-request-id": "readme-deadline"},
+        timeout=30,
     )
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "TIMEOUT"
+    assert response.headers["x-request-id"] == "readme-deadline"
+
+    aborts = ("model_aborts_total", {"model": MODEL, "reason": "deadline"})
+    deadline = time.monotonic() + 10
+    after = _scrape(url)
+    while _value(after, aborts[0], **aborts[1]) == _value(before, aborts[0], **aborts[1]):
+        assert time.monotonic() < deadline, "the model call was never aborted"
+        time.sleep(0.05)
+        after = _scrape(url)
+    assert steps < 40  # stopped near 0.3 s / 20 ms, not after 64 tokens (probes add a few)
+
+    def grew(name: str, **labels: str) -> float:
+        return _value(after, name, **labels) - _value(before, name, **labels)
+
+    assert grew(aborts[0], **aborts[1]) == 1
+    assert grew("http_request_duration_seconds_count", route=ROUTE, status="504") == 1
+    assert grew("request_timeouts_total", reason="deadline") == 1
