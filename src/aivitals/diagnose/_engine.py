@@ -920,10 +920,11 @@ def _candidates(ctx: _Ctx, sig: Signature) -> set[str] | None:
     found: set[str] | None = None
     split = False
     for ev in sig.of_role("required"):
-        if not _seen(ctx, ev.expr):
-            continue
+        series = ctx.fetch(ev.expr) if _seen(ctx, ev.expr) else None
+        if series is None:
+            continue  # not seen (or the query failed): it cannot narrow the nodes down
         if ev.deviation is None:
-            on = {node_of(sr.labels, ctx.location) for sr in ctx.fetch(ev.expr) or []}
+            on = {node_of(sr.labels, ctx.location) for sr in series}
         else:
             on = {node_of(d[0], ctx.location) for d in ctx.detected.get(ev.expr, [])}
         if "" in on:
@@ -1083,14 +1084,23 @@ def _node_status(ctx: _Ctx, findings: Sequence[Finding]) -> dict[str, str]:
     status: dict[str, list[str]] = {n: [] for n in ctx.nodes}
     recent = ctx.times >= ctx.end - min(60.0, max(4 * ctx.step, 0.25 * (ctx.end - ctx.start)))
     assert ctx.location is not None
-    for sr in ctx.fetch(_vexpr(ctx, "min(up)")) or []:
+    ups = ctx.fetch(_vexpr(ctx, "min(up)"))
+    reporting: set[str] = set()
+    for sr in ups or []:
         vals = sr.values[recent]
         vals = vals[np.isfinite(vals)]
         node = node_of(sr.labels, ctx.location)
+        if vals.size:
+            reporting.add(node)
         if node in status and vals.size and vals[-1] < 1:
             status[node].append("scrape target down")
+    if ups:
+        for node in status:
+            if node not in reporting:
+                status[node].append("no recent data")
     for f in findings:
-        if f.confidence < REPORT_FLOOR:
+        # a node is called unhealthy on a finding worth acting on, not on a faint match
+        if f.confidence < 0.5:
             continue
         for node in f.nodes:
             if node in status:
