@@ -1,6 +1,8 @@
 """The agent's read-only HTTP API on a small stdlib threaded server.
 
-``/metrics`` (text exposition), ``/api/v1/query``, ``/api/v1/query_range``,
+``/`` and ``/console/...`` (the web console of ``aivitals.console``, over this
+agent's store, alerts and diagnosis), ``/metrics`` (text exposition),
+``/api/v1/query``, ``/api/v1/query_range``,
 ``/api/v1/labels``, ``/api/v1/label/<name>/values``, ``/api/v1/series`` in the
 Prometheus API's JSON, ``/api/v1/alerts`` and ``/api/v1/diagnosis`` from the
 providers other parts register, ``/-/ready`` and ``/-/healthy``. Nothing here
@@ -109,6 +111,8 @@ def _provided(fn: Callable[[], Any] | None, what: str) -> Any:
 
 class _Handler(BaseHTTPRequestHandler):
     agent: Agent
+    console_lock: threading.Lock
+    console_sources: list[Any]
     server_version = "aivitals-agent"
     protocol_version = "HTTP/1.1"
 
@@ -152,6 +156,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def do_POST(self) -> None:
+        if self._console(urlsplit(self.path).path):
+            return
         if urlsplit(self.path).path not in (
             "/api/v1/query",
             "/api/v1/query_range",
@@ -162,12 +168,37 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch()
 
     def _refuse(self) -> None:
+        if self._console(urlsplit(self.path).path):
+            return  # the console answers its own paths (read-only: 405 with its reason)
         self._error(HTTPStatus.METHOD_NOT_ALLOWED, "bad_data", "this API is read-only")
 
     do_PUT = do_DELETE = do_PATCH = _refuse
 
+    def _console(self, path: str) -> bool:
+        """Serve the console's page, files and API when ``path`` is theirs; True if served."""
+        if path != "/" and path != "/index.html" and not path.startswith("/console/"):
+            return False
+        from ..console import AgentSource, respond
+        from ..console._server import write_response
+
+        source = None
+        if self.agent.has_store:
+            with self.console_lock:  # one source per server: its caches are shared
+                if not self.console_sources:
+                    self.console_sources.append(AgentSource(self.agent))
+                source = self.console_sources[0]
+        parts = urlsplit(self.path)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        r = respond(source, self.command, path, parts.query, headers)
+        if r is None:
+            return False
+        write_response(self, r)
+        return True
+
     def _dispatch(self) -> None:
         path = urlsplit(self.path).path
+        if self._console(path):
+            return
         try:
             route = self._route(path)
             if route is None:
@@ -292,7 +323,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 def serve(agent: Agent, host: str, port: int) -> ThreadingHTTPServer:
     """Start the API for ``agent`` on a daemon thread; the caller shuts it down."""
-    handler = type("AgentHandler", (_Handler,), {"agent": agent})
+    handler = type(
+        "AgentHandler",
+        (_Handler,),
+        {"agent": agent, "console_lock": threading.Lock(), "console_sources": []},
+    )
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="aivitals-http", daemon=True).start()
