@@ -90,6 +90,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "alerts",
         "List active and recent alerts of an agent (or a Prometheus).",
     ),
+    "console": (
+        "aivitals.console._cli",
+        "console",
+        "Serve the web console (live charts, alerts, diagnosis) over an agent or a Prometheus.",
+    ),
     "dashboards": (
         "aivitals.dashboards._cli",
         "dashboards",
