@@ -319,3 +319,31 @@ def test_metrics_and_json_logs_carry_the_model_call(demo_models: DemoModels) -> 
         for key in ("request_id", "model_version", "input_token_count", "gpu_device_id"):
             assert key in record
         assert record["error_code"] == "TIMEOUT"
+
+
+def test_a_streamed_completion_is_cached_and_replayed(demo_models: DemoModels) -> None:
+    async def text_of(c: httpx.AsyncClient, req: dict[str, Any]) -> tuple[str, str]:
+        pieces = []
+        async with c.stream("POST", "/v1/completions", json=req) as r:
+            assert r.status_code == 200
+            cache = r.headers["x-cache"]
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    pieces.append(json.loads(line[6:])["choices"][0]["text"])
+        return cache, "".join(pieces)
+
+    async def body() -> None:
+        app = make_app(demo_models)
+        req = {"prompt": "the same question again", "max_tokens": 6, "stream": True}
+        async with client_for(app) as c:
+            first = await text_of(c, req)
+            second = await text_of(c, req)
+            plain = (await c.post("/v1/completions", json={**req, "stream": False})).json()
+        assert first[0] == "miss" and second[0] == "hit"
+        assert first[1] == second[1] == plain["choices"][0]["text"] != ""
+        hits = app.service.config.registry.get_sample_value(
+            "cache_requests_total", {"cache": "memory", "result": "hit"}
+        )
+        assert hits == 2.0
+
+    run(body)

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from aivitals.cli import main
 from aivitals.errors import ConfigError, FaultRefused
-from aivitals.load import LoadConfig, completions_request, run_load
+from aivitals.load import LoadConfig, LoadCounters, completions_request, run_load
 from tests._servers import free_port
 from tests.load._server import tiny_server
 
@@ -227,3 +228,42 @@ def test_cli_with_the_progress_bar() -> None:
                                        "--duration", "0.5s"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "Median E2EL (ms)" in res.output
+
+
+def test_live_counters_follow_the_run_and_match_the_report() -> None:
+    counters = LoadCounters()
+    with tiny_server() as srv:
+        rep = run_load(
+            LoadConfig(url=srv.url + "/error", rate=50, duration=0.4, seed=1), counters=counters
+        )
+        ok = run_load(LoadConfig(url=srv.url + "/", rate=50, duration=0.4, seed=2))
+    assert counters.sent == rep.sent > 0
+    assert counters.errors == rep.failed == rep.sent  # /error answers 503
+    assert counters.answered == 0 and counters.timeouts == 0 and counters.in_flight == 0
+    assert ok.completed > 0  # the same server answers "/" (the 503s were its route's)
+
+
+def test_a_timeout_is_counted_as_a_timeout() -> None:
+    counters = LoadCounters()
+    with tiny_server(slow_delay=1.0) as srv:
+        run_load(
+            LoadConfig(url=srv.url + "/slow", concurrency=1, duration=0.3, timeout=0.2),
+            counters=counters,
+        )
+    assert counters.timeouts >= 1 and counters.answered == 0
+
+
+def test_a_trace_replay_sends_the_given_requests_at_the_trace_times(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.0,10,2\n2023-11-16 18:15:46.1,20,2\n2023-11-16 18:15:46.2,30,2\n"
+    )
+    spec = completions_request("the same prompt", 3, stream=True)
+    with tiny_server() as srv:
+        rep = run_load(
+            LoadConfig(url=srv.url + "/v1/completions", trace=str(trace), requests=(spec,))
+        )
+        bodies = list(srv.bodies)
+    assert rep.completed == 3
+    assert bodies == [spec.body] * 3

@@ -202,10 +202,14 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
                 f"prompt has {len(prompt_ids)} tokens; the limit is {cfg.max_input_tokens}",
             )
         seed = body.seed if body.seed is not None else _seed(body.prompt)
-        if body.stream:
-            return _stream(service, prompt_ids, max_tokens, seed)
+        # streamed or not, the same request has the same answer: one cache entry serves both
         key = cache_key("completions", {"p": body.prompt, "n": max_tokens, "s": seed})
-        if (hit := await asyncio.to_thread(service.cache.get, key)) is not None:
+        hit = await asyncio.to_thread(service.cache.get, key)
+        if body.stream:
+            if hit is not None:
+                return _stream_cached(hit)
+            return _stream(service, prompt_ids, max_tokens, seed, key)
+        if hit is not None:
             return Response(hit, media_type="application/json", headers={"X-Cache": "hit"})
         try:
             handle = _start_generation(service, prompt_ids, max_tokens, seed, lambda t, p: None)
@@ -273,7 +277,37 @@ def _completion_payload(result: GenerationResult, prompt_tokens: int) -> dict[st
     }
 
 
-def _stream(service: DemoService, prompt_ids: list[int], max_tokens: int, seed: int) -> Response:
+def _stream_cached(raw: bytes) -> Response:
+    """A cached completion replayed as a stream: its whole text in one event."""
+    try:
+        cached = json.loads(raw)
+        text = str(cached["choices"][0]["text"])
+        finish = str(cached["choices"][0]["finish_reason"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        text, finish = "", "length"  # an entry of another shape: an empty answer, not a 500
+    cid = f"cmpl-{uuid.uuid4().hex[:16]}"
+
+    def chunk(piece: str, reason: str | None) -> str:
+        data = {
+            "id": cid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": LM_MODEL_NAME,
+            "choices": [{"index": 0, "text": piece, "finish_reason": reason}],
+        }
+        return f"data: {json.dumps(data)}\n\n"
+
+    async def events() -> AsyncIterator[str]:
+        yield chunk(text, None)
+        yield chunk("", finish)
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Cache": "hit"})
+
+
+def _stream(
+    service: DemoService, prompt_ids: list[int], max_tokens: int, seed: int, key: str
+) -> Response:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -307,6 +341,9 @@ def _stream(service: DemoService, prompt_ids: list[int], max_tokens: int, seed: 
             result = handle.future.result()
             yield chunk("", "abort" if result.aborted else "length")
             yield "data: [DONE]\n\n"
+            if not result.aborted:
+                raw = json.dumps(_completion_payload(result, len(prompt_ids))).encode()
+                await asyncio.to_thread(service.cache.set, key, raw)
         except InferenceAborted as exc:
             _note_error(signals.ErrorCode.TIMEOUT)
             err = {"error": {"code": "TIMEOUT", "message": str(exc)}}
@@ -321,7 +358,7 @@ def _stream(service: DemoService, prompt_ids: list[int], max_tokens: int, seed: 
             if not handle.future.done():
                 _abort(service, handle)
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Cache": "miss"})
 
 
 def _failure(exc: BaseException, route: str) -> Response:

@@ -1,9 +1,12 @@
 """``aivitals demo``: the whole story on one machine, from healthy to diagnosed.
 
-Starts Redis, the demo service and the agent, replays the Azure LLM trace
-(time-scaled) through the load generator, shows the golden signals live,
-and with ``--fault NAME`` breaks the service and prints the diagnosis.
-Ctrl-C (or the end of ``--duration``) stops everything it started.
+Starts Redis, the demo service and the agent, measures what the service
+carries on this machine, replays the Azure conversation trace at a share of
+that (``_workload``), shows the golden signals and the load generator's own
+counters live, and with ``--fault NAME`` breaks the service and prints the
+diagnosis. Ctrl-C (or the end of ``--duration``) stops everything it started.
+A part that fails to start or dies (a load stream, Redis, the service, the
+agent) stops the demo with the reason and exit status 1.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -47,19 +50,50 @@ NON_TTY_DURATION = 60.0
     default=None,
     help=f"Stop after this many seconds (default: Ctrl-C; {NON_TTY_DURATION:g} s without a TTY).",
 )
-@click.option("--trace", default="azure-conv", show_default=True, help="Azure trace to replay.")
 @click.option(
-    "--time-scale",
-    type=float,
-    default=2.0,
+    "--trace",
+    default="azure-conv",
     show_default=True,
-    help="Trace gaps multiplied by this.",
+    help="Trace to replay: azure-conv, azure-code or a CSV file with the same columns.",
+)
+@click.option(
+    "--rate",
+    type=float,
+    default=None,
+    help="Completions per second to replay at (default: measured, see --utilization).",
+)
+@click.option(
+    "--utilization",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Share of the measured capacity to replay at.",
+)
+@click.option(
+    "--hit-ratio",
+    type=float,
+    default=0.4,
+    show_default=True,
+    help="Cache hit ratio the prompt pool is sized for (steady state).",
+)
+@click.option(
+    "--probe-seconds",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Length of the closed-loop capacity probe.",
 )
 @click.option(
     "--embeddings-rate", type=float, default=2.0, show_default=True, help="Embedding requests/s."
 )
 @click.option(
-    "--real-time-rules", is_flag=True, help="Use the rule pack's real for: durations and windows."
+    "--port", type=int, default=None, help="Serve the demo service on this port (default: free)."
+)
+@click.option(
+    "--compressed-rules/--real-time-rules",
+    default=None,
+    help="Compress the rules' windows and for: durations so a fault shows within a minute "
+    "(default: compressed with --fault, real time without).",
 )
 def demo(
     fault: str | None,
@@ -67,40 +101,77 @@ def demo(
     fault_duration: float,
     duration: float | None,
     trace: str,
-    time_scale: float,
+    rate: float | None,
+    utilization: float,
+    hit_ratio: float,
+    probe_seconds: float,
     embeddings_rate: float,
-    real_time_rules: bool,
+    port: int | None,
+    compressed_rules: bool | None,
 ) -> None:
-    """Run the demo AI service under realistic load with a live view; --fault breaks it.
+    """Run the demo AI service under the Azure trace with a live view; --fault breaks it.
 
     The generation model has RANDOM weights (real compute, meaningless text);
-    GPU signals come from a simulated device and are labelled backend="sim".
+    without an NVIDIA GPU the GPU signals come from a simulated device and are
+    labelled backend="sim".
     """
     if fault is not None:
         from ..chaos import get_fault
 
         get_fault(fault)  # an unknown name fails before anything starts
-    for key, value in (("fault-after", fault_after), ("fault-duration", fault_duration)):
+    for key, value in (
+        ("fault-after", fault_after),
+        ("fault-duration", fault_duration),
+        ("probe-seconds", probe_seconds),
+        ("embeddings-rate", embeddings_rate),
+    ):
         if not value > 0:
-            raise ConfigError(f"--{key}={value!r}: expected > 0 seconds")
+            raise ConfigError(f"--{key}={value!r}: expected > 0")
+    if rate is not None and not rate > 0:
+        raise ConfigError(f"--rate={rate!r}: expected > 0 requests per second")
+    if not 0 < utilization <= 1:
+        raise ConfigError(f"--utilization={utilization!r}: expected 0 < share <= 1")
+    if not 0 < hit_ratio < 1:
+        raise ConfigError(f"--hit-ratio={hit_ratio!r}: expected 0 < ratio < 1")
     if duration is None and not sys.stdin.isatty():
         duration = NON_TTY_DURATION
     if duration is not None and not duration > 0:
         raise ConfigError(f"--duration={duration!r}: expected > 0 seconds")
+    options = DemoOptions(
+        fault=fault,
+        fault_after=fault_after,
+        fault_duration=fault_duration,
+        duration=duration,
+        trace=trace,
+        rate=rate,
+        utilization=utilization,
+        hit_ratio=hit_ratio,
+        probe_seconds=probe_seconds,
+        embeddings_rate=embeddings_rate,
+        port=port,
+        compressed=fault is not None if compressed_rules is None else compressed_rules,
+    )
     with _sigterm_as_interrupt():
         try:
-            _run(
-                fault,
-                fault_after,
-                fault_duration,
-                duration,
-                trace,
-                time_scale,
-                embeddings_rate,
-                not real_time_rules,
-            )
+            _run(options)
         except KeyboardInterrupt:
             click.echo("\nstopped; everything the demo started is down.", err=True)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    fault: str | None
+    fault_after: float
+    fault_duration: float
+    duration: float | None
+    trace: str
+    rate: float | None
+    utilization: float
+    hit_ratio: float
+    probe_seconds: float
+    embeddings_rate: float
+    port: int | None
+    compressed: bool
 
 
 @contextlib.contextmanager
@@ -118,94 +189,63 @@ def _sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _run(
-    fault: str | None,
-    fault_after: float,
-    fault_duration: float,
-    duration: float | None,
-    trace: str,
-    time_scale: float,
-    embeddings_rate: float,
-    quick: bool,
-) -> None:
+def _run(opts: DemoOptions) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from ._stack import Stack, StackConfig
-    from ._view import read_snapshot, render
+    from ._session import DemoSession, SessionOptions
+    from ._view import History, read_snapshot, render
 
     console = Console(stderr=False)
+    session = DemoSession(
+        SessionOptions(
+            trace=opts.trace,
+            duration=opts.duration,
+            rate=opts.rate,
+            utilization=opts.utilization,
+            hit_ratio=opts.hit_ratio,
+            probe_seconds=opts.probe_seconds,
+            embeddings_rate=opts.embeddings_rate,
+            port=opts.port,
+            compressed_rules=opts.compressed,
+        ),
+        say=console.print,
+    )
     console.print("[bold]aivitals demo[/]: starting Redis, the demo service and the agent ...")
-    stack = Stack(StackConfig(quick=quick, rule_params={"sla_seconds": 0.25}))
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
     runner: Any = None
     try:
-        stack.start()
-        assert stack.service is not None
-        console.print(f"service {stack.service.url}  agent {stack.agent.url}  (Ctrl-C stops all)")
-        threads = _start_load(stack, trace, time_scale, embeddings_rate, stop, duration)
+        session.start()
+        stack = session.stack
+        why = session.workload.why()
         started = time.monotonic()
-        fault_at = started + fault_after if fault else None
+        fault_at = started + opts.fault_after if opts.fault else None
         active: Any = None
         diagnosis: Any = None
+        history = History()
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            while duration is None or time.monotonic() - started < duration:
+            while opts.duration is None or time.monotonic() - started < opts.duration:
                 now = time.monotonic()
                 if fault_at is not None and now >= fault_at and runner is None:
-                    runner, active = _inject(stack, fault or "", fault_duration)
+                    runner, active = _inject(stack, opts.fault or "", opts.fault_duration)
+                    session.active_fault = active
                 if active is not None and diagnosis is None and time.time() > active.ends_at - 2:
                     diagnosis = _diagnose(stack)  # while the fault is still on
-                status = _status(now - started, duration, fault, active)
-                live.update(render(read_snapshot(stack), title="aivitals demo", status=status))
+                session.check()
+                status = _status(now - started, opts.duration, opts.fault, active)
+                snap = read_snapshot(stack, session.clients())
+                history.add(snap)
+                live.update(
+                    render(snap, title="aivitals demo", status=status, history=history, header=why)
+                )
                 time.sleep(1.0)
-        _print_alert_summary(console, stack)
-        if fault is not None and runner is not None:
-            _print_diagnosis(console, diagnosis or _diagnose(stack), fault)
+        _print_summary(console, stack, session.streams)
+        if opts.fault is not None and runner is not None:
+            _print_diagnosis(console, diagnosis or _diagnose(stack), opts.fault)
     finally:
-        stop.set()
+        session.stop_event.set()
         if runner is not None:
             runner.close()
-        for t in threads:
-            t.join(timeout=30)
-        stack.stop()
-
-
-def _start_load(
-    stack: Any,
-    trace: str,
-    time_scale: float,
-    embeddings_rate: float,
-    stop: threading.Event,
-    duration: float | None,
-) -> list[threading.Thread]:
-    from ..load import LoadConfig, run_load
-
-    span = duration if duration is not None else 24 * 3600.0
-    url = stack.service.url
-    configs = [
-        LoadConfig(
-            url=url + "/v1/completions",
-            trace=trace,
-            time_scale=time_scale,
-            duration=span,
-            max_prompt_tokens=256,
-            max_output_tokens=48,
-            timeout=30.0,
-        ),
-        LoadConfig(url=url + "/v1/embeddings", rate=embeddings_rate, duration=span, input_pool=32),
-    ]
-    threads = []
-    for cfg in configs:
-        t = threading.Thread(target=_quiet_load, args=(run_load, cfg, stop), daemon=True)
-        t.start()
-        threads.append(t)
-    return threads
-
-
-def _quiet_load(run_load: Any, cfg: Any, stop: threading.Event) -> None:
-    with contextlib.suppress(Exception):  # the view shows what the service saw
-        run_load(cfg, stop=stop)
+        session.stop()
 
 
 def _inject(stack: Any, fault: str, seconds: float) -> tuple[Any, Any]:
@@ -224,11 +264,17 @@ def _status(elapsed: float, duration: float | None, fault: str | None, active: A
     elif active is not None:
         left = active.ends_at - time.time()
         parts.append(f"fault {fault}: " + (f"{left:.0f} s left" if left > 0 else "reverted"))
-    parts.append("sim GPU: simulated device, random-weight generation model")
+    parts.append("generation model with random weights")
     return " | ".join(parts)
 
 
-def _print_alert_summary(console: Any, stack: Any) -> None:
+def _print_summary(console: Any, stack: Any, streams: list[Any]) -> None:
+    for st in streams:
+        c = st.counts()
+        console.print(
+            f"load {c.name}: sent {c.sent}, answered {c.answered}, errors {c.errors}, "
+            f"timeouts {c.timeouts}"
+        )
     fired = sorted({e.alertname for e in stack.engine.history() if e.state == "firing"})
     console.print("alerts that fired: " + (", ".join(fired) if fired else "none"))
 

@@ -90,6 +90,7 @@ class SimAccount:
         self._lock = threading.Lock()
         self._slowdown = 1.0
         self._slowdown_at = 0.0
+        self._busy_until = 0.0
 
     def hold_weights(self, nbytes: int) -> None:
         """Book the model weights for this process's life (the driver frees them at exit)."""
@@ -115,8 +116,19 @@ class SimAccount:
         return leaked
 
     def busy(self, seconds: float) -> None:
-        if seconds > 0:
-            self._sim.busy(self.gpu_index, seconds)
+        """Book ``seconds`` of kernel time ending now, counting overlap with earlier calls once.
+
+        Utilization is the share of time at least one kernel ran (as NVML reports it),
+        so two workers computing at once keep the device busy once, not twice.
+        """
+        if seconds <= 0:
+            return
+        now = time.time()
+        with self._lock:
+            start = max(now - seconds, self._busy_until)
+            self._busy_until = max(self._busy_until, now)
+        if now > start:
+            self._sim.busy(self.gpu_index, now - start)
 
     def set_slowdown(self, factor: float) -> None:
         self._sim.set_clock_slowdown(self.gpu_index, factor)

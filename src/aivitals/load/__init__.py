@@ -25,7 +25,7 @@ from ._payload import (
     make_prompt,
 )
 from ._report import SLO, LatencyStats, LoadReport, RequestResult, summarize
-from ._run import run_load, run_load_async
+from ._run import LoadCounters, run_load, run_load_async
 from ._schedule import poisson_schedule, uniform_schedule
 from ._target import check_target, is_loopback_host, split_url
 from ._trace import TRACES, TraceRequest, dataset_dir, load_trace
@@ -38,6 +38,7 @@ __all__ = [
     "CapacityReport",
     "LatencyStats",
     "LoadConfig",
+    "LoadCounters",
     "LoadReport",
     "RequestResult",
     "RequestSpec",

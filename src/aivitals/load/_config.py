@@ -29,7 +29,8 @@ class LoadConfig:
     ``/v1/completions``, anything else is a ``GET``). ``input_pool`` distinct
     inputs are cycled (0: every request different), so a response cache sees
     a realistic mix of hits and misses. ``requests`` overrides the payload with
-    explicit requests, cycled. Open-loop send times are kept by a thread that
+    explicit requests, cycled; with ``trace`` the trace gives the send times
+    and ``requests`` the bodies. Open-loop send times are kept by a thread that
     sleeps until each one (``spin`` 0, the default); ``spin`` > 0 instead polls
     in the event loop for that long before each send, which is the most precise
     on an idle dedicated core and costs a whole core at high rates.

@@ -29,13 +29,62 @@ from ._slack import tight_timer_slack
 from ._target import check_target
 from ._trace import load_trace
 
-__all__ = ["run_load", "run_load_async"]
+__all__ = ["LoadCounters", "run_load", "run_load_async"]
 
 Progress = Callable[[int, int], None]
 
 #: The most a request is handed from the dispatcher thread to the event loop
 #: before its send time (the switch between them takes about this long).
 _EARLY = 50e-6
+
+
+class LoadCounters:
+    """What the load generator itself sent and got back, readable while it runs.
+
+    ``sent`` counts requests handed to a connection; ``answered`` answers
+    without error, ``timeouts`` requests the client gave up on, ``errors``
+    every other failure (HTTP 4xx/5xx, refused connections, stream errors).
+    Plain ints written by the load's event loop thread; a reader in another
+    thread sees a consistent enough view for a live display.
+
+    **Usage**::
+
+        counters = LoadCounters()
+        threading.Thread(target=run_load, args=(cfg,), kwargs={"counters": counters}).start()
+        print(counters.sent, counters.answered)
+    """
+
+    __slots__ = ("_lock", "answered", "errors", "sent", "timeouts", "ttft")
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.answered = 0
+        self.errors = 0
+        self.timeouts = 0
+        #: times to first token (s) of the latest streamed answers, newest last
+        self.ttft: list[float] = []
+        self._lock = threading.Lock()
+
+    def record(self, result: RequestResult) -> None:
+        if result.ok:
+            self.answered += 1
+        elif result.error == "timeout":
+            self.timeouts += 1
+        else:
+            self.errors += 1
+        if result.ttft is not None:
+            with self._lock:
+                self.ttft.append(result.ttft)
+                if len(self.ttft) > 512:
+                    del self.ttft[:256]
+
+    def recent_ttft(self) -> list[float]:
+        with self._lock:
+            return list(self.ttft)
+
+    @property
+    def in_flight(self) -> int:
+        return max(0, self.sent - self.answered - self.errors - self.timeouts)
 
 
 def _payload_kind(config: LoadConfig, path: str) -> str:
@@ -71,6 +120,9 @@ def _plan(config: LoadConfig, path: str) -> tuple[list[float] | None, list[Reque
             max_prompt_tokens=config.max_prompt_tokens,
             max_output_tokens=config.max_output_tokens,
         )
+        if config.requests:
+            # the trace gives the send times; the caller's requests (cycled) the bodies
+            return [t.at for t in trace], list(config.requests)
         specs = [
             _one(
                 kind if kind != "get" else "completions",
@@ -109,9 +161,14 @@ def _plan(config: LoadConfig, path: str) -> tuple[list[float] | None, list[Reque
 
 class _Run:
     def __init__(
-        self, config: LoadConfig, stop: threading.Event | None, progress: Progress | None
+        self,
+        config: LoadConfig,
+        stop: threading.Event | None,
+        progress: Progress | None,
+        counters: LoadCounters | None = None,
     ) -> None:
         self.config = config
+        self.counters = counters
         self.host, self.port, self.path = check_target(config.url, config.allow_hosts)
         self.host_header = f"{self.host}:{self.port}"
         self.stop = stop
@@ -123,8 +180,13 @@ class _Run:
             self.port,
             max_connections=config.max_connections,
             timeout=config.timeout,
-            on_result=self.results.append,
+            on_result=self._on_result if counters is not None else self.results.append,
         )
+
+    def _on_result(self, result: RequestResult) -> None:
+        self.results.append(result)
+        assert self.counters is not None
+        self.counters.record(result)
 
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()
@@ -176,7 +238,7 @@ class _Run:
         before it is due. A sleeping dispatcher also keeps its priority on a busy
         CPU, where a spinning one is preempted for whole time slices."""
         loop = asyncio.get_running_loop()
-        engine, lags = self.engine, self.lags
+        engine, lags, counters = self.engine, self.lags, self.counters
         finished = asyncio.Event()
         # At most a quarter of the mean gap, so waiting out the hand-over never takes
         # more than a quarter of the loop's time at high rates.
@@ -193,6 +255,8 @@ class _Run:
             for spec, due in batch:
                 lags.append(now - due)
                 engine.submit(spec, wires[id(spec)], due)
+            if counters is not None:
+                counters.sent += len(batch)
 
         def dispatch() -> None:
             with tight_timer_slack():
@@ -237,6 +301,8 @@ class _Run:
                 due = t0 + offsets[i]
                 lags.append(now - due)
                 engine.submit(spec, wires[id(spec)], due)
+                if self.counters is not None:
+                    self.counters.sent += 1
                 i += 1
             if i < n:
                 gap = t0 + offsets[i] - perf_counter()
@@ -247,6 +313,8 @@ class _Run:
 
         def next_request() -> tuple[RequestSpec, bytes]:
             spec = next(cycle)
+            if self.counters is not None:
+                self.counters.sent += 1
             return spec, wires[id(spec)]
 
         engine = self.engine
@@ -304,9 +372,10 @@ async def run_load_async(
     *,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
+    counters: LoadCounters | None = None,
 ) -> LoadReport:
     """Run the load in the current event loop; see ``run_load``."""
-    return await _Run(config, stop, progress).run()
+    return await _Run(config, stop, progress, counters).run()
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -328,13 +397,15 @@ def run_load(
     *,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
+    counters: LoadCounters | None = None,
 ) -> LoadReport:
     """Send the load described by ``config`` and return the report (blocking).
 
     Runs its own event loop (uvloop when installed), so it can be called from
     a plain thread. Setting ``stop`` ends the sending early; requests in flight
     are still awaited. ``progress(done, total)`` is called about four times a
-    second (``total`` is 0 in closed loop).
+    second (``total`` is 0 in closed loop). ``counters`` (a ``LoadCounters``)
+    is kept up to date while the load runs, for a live view.
 
     **Usage**::
 
@@ -342,9 +413,9 @@ def run_load(
                                      rate=100, duration=30))
         print(report.format())
     """
-    if config.progress and progress is None:
+    if config.progress and progress is None and counters is None:
         return _with_rich_progress(config, stop)
-    return _run_coro(run_load_async(config, stop=stop, progress=progress))
+    return _run_coro(run_load_async(config, stop=stop, progress=progress, counters=counters))
 
 
 def _with_rich_progress(config: LoadConfig, stop: threading.Event | None) -> LoadReport:

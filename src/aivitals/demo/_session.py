@@ -1,0 +1,224 @@
+"""One run of the demo: the stack, the measured workload, the load streams and the watcher.
+
+``aivitals demo`` drives it with a live view; ``benchmarks/demo_health.py``
+drives the same run without one. Every second ``check()`` raises what failed
+(a load stream, Redis, the service, the agent) as a ``ServiceError``.
+
+**Usage**::
+
+    with DemoSession(SessionOptions(duration=60)) as run:
+        while run.seconds < 60:
+            run.check()
+            time.sleep(1)
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from ..errors import ConfigError, ServiceError
+
+__all__ = [
+    "CACHE_TTL",
+    "COMPRESSED_RULES",
+    "FOR_FACTOR",
+    "DemoSession",
+    "SessionOptions",
+    "check_port_free",
+    "preflight",
+]
+
+#: Token caps of the replay: what the small demo model takes at interactive speed on a CPU.
+MAX_PROMPT_TOKENS = 256
+MAX_OUTPUT_TOKENS = 48
+#: The service's response cache TTL (seconds), which the prompt pool is sized against.
+CACHE_TTL = 300.0
+#: After a fault ends, what it stopped gets this long to come back before the watcher
+#: calls it dead.
+FAULT_GRACE = 15.0
+#: Compressed rules (a fault shown in a minute): ``for:`` durations divided by this ...
+FOR_FACTOR = 10.0
+#: ... and these windows: short enough to move within a fault, long enough that a
+#: healthy service's noise (a P99 of a handful of requests, a hit ratio of a few
+#: lookups) does not page.
+COMPRESSED_RULES: dict[str, Any] = {
+    "rate_window": "60s",
+    "short_window": "20s",
+    "composite_window": "30s",
+    "baseline_window": "3m",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionOptions:
+    """What to run. ``rate`` None: measure capacity and replay at ``utilization`` of it."""
+
+    trace: str = "azure-conv"
+    duration: float | None = None
+    rate: float | None = None
+    utilization: float = 0.5
+    hit_ratio: float = 0.4
+    probe_seconds: float = 5.0
+    embeddings_rate: float = 2.0
+    port: int | None = None
+    compressed_rules: bool = False
+
+
+def preflight(trace: str, port: int | None) -> list[Any]:
+    """What must hold before anything starts: the trace loads, Redis exists, the port is free.
+
+    Returns the trace (token lengths capped for the demo model).
+    """
+    from ..load import load_trace
+
+    rows = load_trace(
+        trace, max_prompt_tokens=MAX_PROMPT_TOKENS, max_output_tokens=MAX_OUTPUT_TOKENS
+    )
+    if len(rows) < 2:
+        raise ConfigError(f"trace {trace!r}: {len(rows)} request(s); the replay needs at least 2")
+    if shutil.which("redis-server") is None:
+        raise ConfigError(
+            "redis-server not found on the PATH; the demo caches responses in Redis "
+            "(apt-get install redis-server)"
+        )
+    if port is not None:
+        check_port_free(port)
+    return rows
+
+
+def check_port_free(port: int) -> None:
+    """``ServiceError`` when something (another demo?) already listens on 127.0.0.1:port."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port={port!r}: expected 1..65535")
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ServiceError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); is another "
+                "aivitals demo running? Stop it or choose another --port"
+            ) from None
+
+
+class DemoSession:
+    """Start with ``start()`` (or ``with``); ``check()`` every second; ``stop()`` always."""
+
+    def __init__(self, options: SessionOptions, *, say: Any = print) -> None:
+        from ._stack import Stack, StackConfig
+        from ._streams import AgentCheck
+
+        self.options = options
+        self.say = say
+        self.trace_rows = preflight(options.trace, options.port)
+        compressed = options.compressed_rules
+        self.stack = Stack(
+            StackConfig(
+                quick=compressed,
+                for_factor=FOR_FACTOR,
+                # 1 s scrapes in both modes: the live view reads 8 s rate windows
+                interval=1.0,
+                rule_params=dict(COMPRESSED_RULES) if compressed else {},
+                service_args=("--cache-ttl", f"{CACHE_TTL:g}"),
+            )
+        )
+        if options.port is not None:
+            self.stack.service_port = options.port
+        self.stop_event = threading.Event()
+        self.streams: list[Any] = []
+        self.workload: Any = None
+        self.started = 0.0
+        self.active_fault: Any = None
+        self._agent_check = AgentCheck()
+
+    @property
+    def rules_note(self) -> str:
+        if self.options.compressed_rules:
+            windows = ", ".join(f"{k} {v}" for k, v in COMPRESSED_RULES.items())
+            return f"time-compressed rules (for: divided by {FOR_FACTOR:g}; {windows})"
+        return "real-time rules (the pack's own windows and for: durations)"
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started if self.started else 0.0
+
+    def start(self) -> DemoSession:
+        from ._streams import workload_streams
+        from ._workload import plan_workload
+
+        opts = self.options
+        stack = self.stack
+        try:
+            stack.start()
+            assert stack.service is not None
+            self.say(f"service {stack.service.url}  agent {stack.agent.url}  (Ctrl-C stops all)")
+            self.say(f"console {stack.agent.url}/")
+            self.say(f"{self.rules_note}; GPU backend: {stack.config.gpu_backend}")
+            if opts.rate is None:
+                self.say(f"measuring capacity for {opts.probe_seconds:g} s ...")
+            self.workload = plan_workload(
+                self.trace_rows,
+                url=stack.service.url,
+                workers=stack.config.workers,
+                rate=opts.rate,
+                utilization=opts.utilization,
+                hit_ratio=opts.hit_ratio,
+                cache_ttl=CACHE_TTL,
+                embeddings_rate=opts.embeddings_rate,
+                probe_seconds=opts.probe_seconds,
+                duration=opts.duration,
+            )
+            self.say(self.workload.why())
+            self.started = time.monotonic()
+            until = None if opts.duration is None else self.started + opts.duration
+            self.streams = workload_streams(
+                self.workload,
+                base_url=stack.service.url,
+                trace=opts.trace,
+                stop=self.stop_event,
+                until=until,
+            )
+            for st in self.streams:
+                st.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def check(self) -> None:
+        """Raise (``ServiceError``) what stopped: a load stream, or a part of the stack."""
+        from ._streams import stack_failure
+
+        for st in self.streams:
+            st.check()
+        active = self.active_fault
+        if active is not None and time.time() < active.ends_at + FAULT_GRACE:
+            return  # what the fault stops may be down for now
+        failure = stack_failure(self.stack, self._agent_check)
+        if failure is not None:
+            raise ServiceError(failure)
+
+    def clients(self) -> list[Any]:
+        return [st.counts() for st in self.streams]
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for st in self.streams:
+            st.join(timeout=35)
+        self.stack.stop()
+
+    def __enter__(self) -> DemoSession:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

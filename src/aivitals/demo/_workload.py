@@ -1,0 +1,288 @@
+"""The demo's workload: the Azure conversation trace at a rate the machine can carry.
+
+**Arrivals.** The trace's own send times, with its gaps stretched or shrunk by
+one factor (``time_scale``) so that its mean rate becomes the target rate; the
+burstiness of the real trace is kept. A replay shorter than the demo starts
+over from the beginning of the trace.
+
+**The target rate.** A few seconds of closed-loop load (as many requests in
+flight as the service has workers, each prompt different so the cache cannot
+help) measure what the service completes per second on this machine; the
+replay runs at ``utilization`` (0.6 by default) of that.
+
+**Repetition (what the cache sees).** Users repeat themselves: a few questions
+are asked often, most rarely. The completions come from a pool of ``N``
+distinct requests, each with the prompt and output lengths of one trace row
+(prompts made of common words; the text is meaningless), and every request
+draws pool entry ``k`` with probability proportional to ``1 / k**s`` (a Zipf
+law, ``s`` = 1 by default, as measured for web and query popularity). With a
+response cache whose entries live ``ttl`` seconds and requests arriving at
+``rate`` per second, entry ``k`` is asked ``rate * p_k`` times per second; a
+miss writes it and the next ``rate * p_k * ttl`` requests in its lifetime hit,
+so its hit ratio is ``x / (1 + x)`` with ``x = rate * p_k * ttl`` and the
+expected hit ratio is ``sum_k p_k * x_k / (1 + x_k)`` (the steady state; a
+cold cache starts lower). ``N`` is chosen so this lands on ``hit_ratio``
+(0.4 by default): tens of percent, as in a real service, neither 0 nor 100 %.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, ServiceError
+from ..load import (
+    LoadConfig,
+    RequestSpec,
+    TraceRequest,
+    completions_request,
+    embeddings_request,
+    make_prompt,
+    run_load,
+)
+
+__all__ = [
+    "Capacity",
+    "Workload",
+    "expected_hit_ratio",
+    "measure_capacity",
+    "plan_workload",
+    "pool_size_for",
+    "trace_rate",
+    "zipf_weights",
+]
+
+#: The most distinct pool entries (only the entries drawn are ever built).
+_MAX_POOL = 20_000_000
+
+
+def _weights(n: int, s: float) -> Any:
+    import numpy as np
+
+    raw = 1.0 / np.arange(1, n + 1, dtype=float) ** s
+    return raw / raw.sum()
+
+
+def zipf_weights(n: int, s: float) -> list[float]:
+    """Popularity of ranks 1..n under a Zipf law with exponent ``s``, summing to 1."""
+    if n < 1:
+        raise ConfigError(f"pool size {n!r}: expected >= 1")
+    return [float(w) for w in _weights(n, s)]
+
+
+def expected_hit_ratio(weights: Any, rate: float, ttl: float) -> float:
+    """Steady-state hit ratio of a TTL cache under independent requests (see the module doc)."""
+    import numpy as np
+
+    p = np.asarray(weights, dtype=float)
+    x = rate * p * ttl
+    return float((p * x / (1.0 + x)).sum())
+
+
+def pool_size_for(target: float, rate: float, ttl: float, s: float = 1.0) -> int:
+    """The pool size whose expected hit ratio is closest to ``target`` (bisection)."""
+    if not 0.0 < target < 1.0:
+        raise ConfigError(f"hit ratio {target!r}: expected 0 < ratio < 1")
+    lo, hi = 1, _MAX_POOL
+    # the hit ratio falls as the pool grows
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if expected_hit_ratio(_weights(mid, s), rate, ttl) > target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def trace_rate(trace: list[TraceRequest]) -> float:
+    """Mean requests per second of a trace (as loaded, time_scale 1)."""
+    if len(trace) < 2 or trace[-1].at <= 0:
+        raise ConfigError("the trace holds fewer than two requests with distinct times")
+    return (len(trace) - 1) / trace[-1].at
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the closed-loop probe measured."""
+
+    rps: float
+    concurrency: int
+    seconds: float
+    completed: int
+    p50_ms: float
+    failed: int
+
+
+def measure_capacity(
+    url: str, specs: list[RequestSpec], *, concurrency: int, seconds: float, timeout: float
+) -> Capacity:
+    """Closed loop at ``concurrency`` for ``seconds``: completions per second on this machine.
+
+    A probe that completes nothing, or fails most of its requests, means the
+    service cannot serve: ``ServiceError`` says what the client saw.
+    """
+    cfg = LoadConfig(
+        url=url,
+        concurrency=concurrency,
+        duration=seconds,
+        requests=tuple(specs),
+        timeout=timeout,
+    )
+    report = run_load(cfg)
+    if report.completed == 0 or report.failed > report.completed:
+        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
+        raise ServiceError(
+            f"the capacity probe of {url} completed {report.completed} of {report.sent} "
+            f"requests in {seconds:g} s (errors: {errors}); the service cannot serve"
+        )
+    return Capacity(
+        rps=report.request_throughput,
+        concurrency=concurrency,
+        seconds=seconds,
+        completed=report.completed,
+        p50_ms=report.e2e.median_ms,
+        failed=report.failed,
+    )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The replay the demo runs and why: rate, time scale, pools and their expected hits."""
+
+    target_rps: float
+    time_scale: float
+    trace_rps: float
+    pool_size: int
+    zipf_s: float
+    expected_hit_ratio: float
+    completions: tuple[RequestSpec, ...]
+    embeddings: tuple[RequestSpec, ...]
+    embeddings_rps: float
+    capacity: Capacity | None
+    utilization: float
+
+    def why(self) -> str:
+        cap = self.capacity
+        if cap is None:
+            head = f"replaying at {self.target_rps:.2f} completions/s (given with --rate)"
+        else:
+            head = (
+                f"capacity probe: {cap.rps:.2f} completions/s with {cap.concurrency} in flight "
+                f"over {cap.seconds:g} s (P50 {cap.p50_ms:,.0f} ms); replaying at "
+                f"{self.utilization:.0%} of it: {self.target_rps:.2f}/s"
+            )
+        return (
+            f"{head}; the trace's {self.trace_rps:.2f}/s with its gaps x{self.time_scale:.2f}; "
+            f"prompts from a pool of {self.pool_size} (Zipf s={self.zipf_s:g}, expected "
+            f"cache hits {self.expected_hit_ratio:.0%} once warm); embeddings "
+            f"{self.embeddings_rps:g}/s"
+        )
+
+
+def zipf_ranks(weights: Any, n: int, rng: random.Random) -> list[int]:
+    """``n`` independent draws of a rank (0-based) with the given popularity."""
+    import numpy as np
+
+    cum = np.cumsum(np.asarray(weights, dtype=float))
+    top, last = float(cum[-1]), len(cum) - 1
+    points = np.array([rng.random() * top for _ in range(n)])
+    return [min(int(i), last) for i in np.searchsorted(cum, points)]
+
+
+def _pick(
+    trace: list[TraceRequest], ranks: list[int], make: Any, rng: random.Random
+) -> list[RequestSpec]:
+    """The requests for ``ranks``: entry k gets the lengths of trace row k (cycled) and one
+    text; only the entries drawn are built."""
+    built: dict[int, RequestSpec] = {}
+    out = []
+    for k in ranks:
+        spec = built.get(k)
+        if spec is None:
+            spec = built[k] = make(trace[k % len(trace)], rng)
+        out.append(spec)
+    return out
+
+
+def _completion(t: TraceRequest, rng: random.Random) -> RequestSpec:
+    return completions_request(make_prompt(t.prompt_tokens, rng=rng), t.max_tokens)
+
+
+def _embedding(t: TraceRequest, rng: random.Random) -> RequestSpec:
+    # a short text (a query, a title): the trace's prompt length scaled down to 8..64 words
+    return embeddings_request(make_prompt(8 + t.prompt_tokens % 57, rng=rng))
+
+
+def plan_workload(
+    trace: list[TraceRequest],
+    *,
+    url: str,
+    workers: int,
+    rate: float | None,
+    utilization: float,
+    hit_ratio: float,
+    cache_ttl: float,
+    embeddings_rate: float,
+    probe_seconds: float,
+    duration: float | None = None,
+    zipf_s: float = 1.0,
+    seed: int = 0,
+    draws: int = 20_000,
+) -> Workload:
+    """Measure capacity (unless ``rate`` is given), then size the pools; see the module doc.
+
+    With a ``duration``, the time scale is set on the part of the trace that run
+    replays, so it sends ``rate * duration`` requests.
+    """
+    if not 0.0 < utilization <= 1.0:
+        raise ConfigError(f"utilization {utilization!r}: expected 0 < u <= 1")
+    rng = random.Random(seed)
+    base = url.rstrip("/")
+    capacity: Capacity | None = None
+    if rate is None:
+        # distinct prompts (another seed than the pool's): the cache cannot flatter the probe
+        probe_rng = random.Random(seed + 1)
+        probe = _pick(trace, list(range(512)), _completion, probe_rng)
+        capacity = measure_capacity(
+            base + "/v1/completions",
+            probe,
+            concurrency=workers,
+            seconds=probe_seconds,
+            timeout=30.0,
+        )
+        rate = utilization * capacity.rps
+    if not rate > 0:
+        raise ConfigError(f"rate {rate!r}: expected > 0 requests per second")
+    trace_rps = trace_rate(trace)
+    time_scale = trace_rps / rate
+    needed = int(rate * duration) if duration is not None else len(trace)
+    if 2 <= needed < len(trace):
+        # a bounded run replays only the start of the trace, whose own rate differs from
+        # the whole trace's (the first minutes of azure-conv run at 3-4/s, the hour at
+        # 5.5/s): scale that part, so the run sends rate * duration requests
+        assert duration is not None
+        trace_rps = needed / trace[needed].at
+        time_scale = duration / trace[needed].at
+    size = pool_size_for(hit_ratio, rate, cache_ttl, zipf_s)
+    weights = _weights(size, zipf_s)
+    # the pool's entries are spread over the trace, so popular prompts have any length
+    offset = rng.randrange(len(trace))
+    ranks = [(offset + k * 7919) for k in zipf_ranks(weights, draws, rng)]
+    completions = _pick(trace, ranks, _completion, rng)
+    emb_size = pool_size_for(hit_ratio, embeddings_rate, cache_ttl, zipf_s)
+    emb_ranks = zipf_ranks(_weights(emb_size, zipf_s), draws, rng)
+    embeddings = _pick(trace, emb_ranks, _embedding, rng)
+    return Workload(
+        target_rps=rate,
+        time_scale=time_scale,
+        trace_rps=trace_rps,
+        pool_size=size,
+        zipf_s=zipf_s,
+        expected_hit_ratio=expected_hit_ratio(weights, rate, cache_ttl),
+        completions=tuple(completions),
+        embeddings=tuple(embeddings),
+        embeddings_rps=embeddings_rate,
+        capacity=capacity,
+        utilization=utilization,
+    )
