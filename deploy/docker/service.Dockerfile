@@ -12,10 +12,13 @@ COPY src ./src
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
+# pip reads these from the environment: torch's CPU wheel comes from the PyTorch index
+# (PyPI's is the multi-GB CUDA build); a mirror or a directory of wheels can stand in.
+ARG PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS=
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HOME=/work
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \
-        "$(ls /wheels/aivitals-*.whl)[demo]" \
+RUN pip install --no-cache-dir "$(ls /wheels/aivitals-*.whl)[demo]" \
     && rm -rf /wheels \
     && useradd --uid 10001 --no-create-home --home-dir /work service \
     && mkdir -p /work && chown service /work
