@@ -150,16 +150,21 @@ export class Panel {
       ctx.fillText(`${t.alert} ${t.op} ${fmtValue(t.value, this.spec.unit)}`, left + 4, y - 3);
     }
     ctx.setLineDash([]);
-    let row = 0;
+    // Labels of markers at (nearly) the same x are joined ("1,2") instead of overprinted.
+    const seen = [];
     for (const m of this.markers) {
       const x = u.valToPos(m.t, "x", true);
       if (!(x >= left && x <= left + width)) continue;
       ctx.strokeStyle = m.color || "#c98bff";
-      ctx.fillStyle = ctx.strokeStyle;
       ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
-      // Canvas text: a label value can never become markup here.
-      ctx.fillText(String(m.text).slice(0, 48), x + 3, top + 12 * devicePixelRatio * (1 + (row++ % 4)));
+      const near = seen.find((g) => Math.abs(g.x - x) < 14 * devicePixelRatio && g.color === ctx.strokeStyle);
+      if (near) near.text += `,${m.text}`; else seen.push({ x, text: String(m.text), color: ctx.strokeStyle });
     }
+    seen.forEach((g, i) => {
+      ctx.fillStyle = g.color;
+      // Canvas text: a label value can never become markup here.
+      ctx.fillText(g.text.slice(0, 48), g.x + 3, top + 12 * devicePixelRatio * (1 + (i % 2)));
+    });
     ctx.restore();
   }
 }

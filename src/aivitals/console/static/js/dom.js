@@ -60,6 +60,7 @@ export function fmtAgo(sec) {
 const BYTES = ["B", "KiB", "MiB", "GiB", "TiB"];
 export function fmtValue(v, unit) {
   if (v == null || !Number.isFinite(v)) return "-";
+  if (v === 0) return "0";
   switch (unit) {
     case "bytes": {
       let i = 0, x = Math.abs(v);

@@ -30,7 +30,8 @@ function evidenceList(f) {
 }
 
 function finding(f, i) {
-  const tl = (f.timeline || []).map(([t, text]) => el("li", {}, el("span", { class: "t" }, fmtDateTime(t)), text));
+  // numbered: the same numbers mark these moments on the charts below
+  const tl = (f.timeline || []).map(([t, text], n) => el("li", {}, el("span", { class: "t" }, `${n + 1}. ${fmtDateTime(t)}`), text));
   return el("div", { class: `finding${i === 0 ? " top" : ""}`, "data-testid": `finding-${f.signature}` },
     el("div", { class: "verdict" },
       el("span", { class: "title" }, `${i + 1}. ${f.title}`),
@@ -75,8 +76,8 @@ export function mount(main, ctx) {
   const markers = () => {
     if (!diag || !diag.findings[0]) return [];
     const f = diag.findings[0];
-    const out = (f.timeline || []).map(([t, text]) => ({ t, text, color: "#c98bff" }));
-    if (f.first_deviation) out.push({ t: f.first_deviation, text: "first deviation", color: "#ef5b5b" });
+    const out = (f.timeline || []).map(([t], n) => ({ t, text: String(n + 1), color: "#c98bff" }));
+    if (f.first_deviation) out.unshift({ t: f.first_deviation, text: "first deviation", color: "#ef5b5b" });
     return out;
   };
   const poller = new Poller((signal) => getJSON("/console/api/diagnosis", windowed ? [["start", String(start)], ["end", String(end)]] : [], signal), {

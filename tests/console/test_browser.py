@@ -1,0 +1,229 @@
+"""The console in a real headless Chromium, over a running demo stack.
+
+Every page loads with no console error and no failed request; the overview's
+charts hold data points from the stack; a GPU memory leak injected with
+compressed time shows as GPUProcessMemoryGrowth firing on the alerts page and
+as the named leak with its timeline on the diagnosis page; "sim" is shown.
+Markup in label values and alert annotations shows as text. Screenshots go to
+``$AIVITALS_CONSOLE_SHOTS`` when set (``docs/console`` refreshes the docs).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aivitals.signals import Sample
+
+from ._browser import chromium, problems, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PAGES = ("overview", "alerts", "diagnosis", "fleet", "report")
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+
+def _shot(driver: Any, name: str, height: int = 1000) -> None:
+    folder = os.environ.get("AIVITALS_CONSOLE_SHOTS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    driver.set_window_size(1400, height)
+    time.sleep(0.8)  # the charts follow the new width on their next frame
+    driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+    driver.set_window_size(1400, 1000)
+
+
+def _points(driver: Any) -> dict[str, int]:
+    rows = driver.execute_script(
+        "return window.__aivitals ? [...window.__aivitals.registry]"
+        ".map(p => [p.spec.id, p.points]) : []"
+    )
+    return dict(rows)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Any]:
+    from aivitals.demo import Stack, StackConfig
+    from aivitals.load import LoadConfig, run_load
+
+    with Stack(StackConfig(quick=True)) as st:
+        stop = threading.Event()
+        cfg = LoadConfig(url=st.service.url + "/v1/completions", rate=4, duration=600, max_tokens=8)
+        t = threading.Thread(target=run_load, args=(cfg,), kwargs={"stop": stop}, daemon=True)
+        t.start()
+        try:
+            yield st
+        finally:
+            stop.set()
+            t.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
+        yield driver
+
+
+def _open(driver: Any, url: str, page: str) -> None:
+    driver.get(f"{url}/#/{page}")
+    wait_until(
+        lambda: driver.execute_script(
+            "return !!(window.__aivitals && window.__aivitals.state.meta)"
+        ),
+        20,
+        f"{page}: the console's meta",
+    )
+
+
+def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> None:
+    url = stack.agent.url
+    # markup in a label value: must show as text in the legend, never run
+    for i in range(5):
+        stack.agent.store.append_samples(
+            [Sample("queue_length", {"queue": XSS, "job": "demo"}, 1.0)],
+            default_timestamp=time.time() - 4 + i,
+        )
+    _open(browser, url, "overview")
+    problems(browser)  # drop what the first navigation logged before meta (none expected)
+    pts = wait_until(
+        lambda: (
+            (p := _points(browser))
+            and all(
+                p.get(k, 0) >= 3 for k in ("req_rate", "latency", "gpu_process_memory", "host_cpu")
+            )
+            and p
+        ),
+        60,
+        "overview charts with data points",
+    )
+    assert sum(pts.values()) > 40, pts
+    sim = browser.find_element("id", "gpu-kind")
+    assert sim.is_displayed() and "sim" in sim.text
+    gpu_panel = browser.find_element("css selector", '[data-testid="panel-gpu_memory"]')
+    assert "sim" in gpu_panel.text
+    assert "times in" in browser.find_element("id", "tz").text
+    legend = browser.find_element("css selector", '[data-testid="panel-queue_length"]').text
+    wait_until(
+        lambda: (
+            XSS in browser.find_element("css selector", '[data-testid="panel-queue_length"]').text
+        ),
+        15,
+        "the label value shown as text",
+    )
+    assert browser.execute_script("return window.__pwned") is None, legend
+    _shot(browser, "overview", 2300)
+    for page in PAGES[1:]:
+        _open(browser, url, page)
+        testid = {"alerts": "alerts-active", "diagnosis": "diagnosis", "fleet": "fleet"}.get(
+            page, "report"
+        )
+        wait_until(
+            lambda testid=testid: (
+                "loading"
+                not in browser.find_element("css selector", f'[data-testid="{testid}"]').text
+                and "computing"
+                not in browser.find_element("css selector", f'[data-testid="{testid}"]').text
+            ),
+            40,
+            f"{page} rendered",
+        )
+        if page == "fleet":
+            assert "sim" in browser.find_element("css selector", '[data-testid="fleet"]').text
+    assert problems(browser) == []
+    assert browser.execute_script("return window.__pwned") is None
+
+
+def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_path: Path) -> None:
+    from aivitals.chaos import ChaosRunner
+
+    ctx = stack.fault_context()
+    with ChaosRunner(ctx, root=tmp_path / "chaos", handle_signals=False) as runner:
+        t0 = time.monotonic()
+        runner.start("gpu_memory_leak", duration=120, mib_per_request=48)
+        _open(browser, stack.agent.url, "alerts")
+        row = wait_until(
+            lambda: [
+                r
+                for r in browser.find_elements(
+                    "css selector",
+                    '[data-testid="alerts-active"] [data-testid="alert-GPUProcessMemoryGrowth"]',
+                )
+                if "firing" in r.text
+            ],
+            90,
+            "GPUProcessMemoryGrowth firing on the alerts page",
+        )
+        fired_after = time.monotonic() - t0
+        text = row[0].text
+        assert "P1" in text and "model" in text and "nvidia-smi" in text  # severity, layer, runbook
+        _shot(browser, "alerts")
+        _open(browser, stack.agent.url, "diagnosis")
+        finding = wait_until(
+            lambda: browser.find_elements(
+                "css selector", '[data-testid="finding-gpu_memory_leak"]'
+            ),
+            60,
+            "the diagnosis naming the GPU memory leak",
+        )[0]
+        assert "GPU memory leak" in finding.text
+        timeline = finding.find_element("css selector", '[data-testid="timeline"]')
+        assert timeline.find_elements("css selector", "li")
+        # the evidence's series charted, with points
+        wait_until(
+            lambda: any(k.startswith("evidence_") and v > 0 for k, v in _points(browser).items()),
+            30,
+            "the evidence charts",
+        )
+        _shot(browser, "diagnosis", 1900)
+        _open(browser, stack.agent.url, "overview")
+        wait_until(lambda: _points(browser).get("gpu_process_memory", 0) > 0, 30, "overview")
+        browser.find_element("id", "range").send_keys("5 min")
+        time.sleep(2.5)
+        _shot(browser, "overview-leak", 2300)
+        for page in ("fleet", "report"):
+            _open(browser, stack.agent.url, page)
+            time.sleep(3)
+            _shot(browser, page)
+    assert problems(browser) == []
+    print(f"GPUProcessMemoryGrowth firing {fired_after:.0f} s after the leak started")
+
+
+def test_markup_in_alerts_shows_as_text(browser: Any) -> None:
+    """A hostile alert (labels, annotations, runbook) through an agent: text, never markup."""
+    from aivitals.agent import Agent, AgentConfig
+
+    alert = {
+        "alertname": "QueueBacklog",
+        "labels": {"severity": "P0", "layer": "service", "queue": XSS},
+        "annotations": {"summary": XSS, "runbook": f"curl {XSS}"},
+        "state": "firing",
+        "active_at": time.time() - 60,
+        "fired_at": time.time() - 30,
+        "resolved_at": None,
+        "value": 42.0,
+    }
+    with Agent(AgentConfig(listen="127.0.0.1:0", interval=1.0, gpu="none")) as agent:
+        agent.set_alerts_provider(lambda: {"alerts": [alert], "history": [alert]})
+        _open(browser, agent.url, "alerts")
+        row = wait_until(
+            lambda: browser.find_elements("css selector", '[data-testid="alert-QueueBacklog"]'),
+            20,
+            "the alert row",
+        )[0]
+        assert XSS in row.text and "42" in row.text and "> 20" in row.text
+        assert browser.execute_script("return window.__pwned") is None
+        assert not browser.find_elements("css selector", "main img, main script")
+        _open(browser, agent.url, "overview")
+        wait_until(
+            lambda: browser.find_elements("css selector", '[data-testid="not-collected"]'),
+            20,
+            "not collected on an agent without those series",
+        )
+    assert problems(browser) == []
