@@ -27,11 +27,14 @@ from ._model import (
     SignalDeviation,
     Unseen,
 )
+from ._rank import Change, ChangeRanking, rank_changes
 from ._signatures import EventEvidence, Evidence, Signature, load_signatures, parse_signatures
 
 __all__ = [
     "HIGH_CONFIDENCE",
     "VITALS",
+    "Change",
+    "ChangeRanking",
     "DetectionResult",
     "DetectorConfig",
     "Diagnosis",
@@ -51,4 +54,5 @@ __all__ = [
     "diagnose",
     "load_signatures",
     "parse_signatures",
+    "rank_changes",
 ]
