@@ -49,6 +49,8 @@ class LoadStream(threading.Thread):
         self.counters = LoadCounters()
         self.error: BaseException | None = None
         self.passes = 0
+        #: the report of every finished pass (the last one may be cut short by ``stop``)
+        self.reports: list[Any] = []
         self._load = load
 
     def run(self) -> None:
@@ -58,7 +60,7 @@ class LoadStream(threading.Thread):
                 if left <= 0.5:
                     return
                 cfg: LoadConfig = self.make_config(left)
-                self._load(cfg, stop=self.stop_event, counters=self.counters)
+                self.reports.append(self._load(cfg, stop=self.stop_event, counters=self.counters))
                 self.passes += 1
         except BaseException as exc:  # kept for the main thread: a silent idle demo is a lie
             self.error = exc
