@@ -150,6 +150,20 @@ def test_each_change_names_its_layer_and_the_layer_that_moved() -> None:
     assert [layer for layer, _ in res.layers] == ["infrastructure"]
 
 
+def test_a_foreign_name_gets_its_layer_and_unit_floor_from_the_alias_table() -> None:
+    t = _times()
+    after = t >= INC[0]
+    store = Store(retention=1e7)
+    # DCGM reports MiB: half a MiB from exactly zero is under the 1 MiB floor, 2 GiB is not.
+    _fill(store, "DCGM_FI_DEV_FB_USED", {"gpu": "0"}, np.where(after, 0.5, 0.0))
+    _fill(store, "DCGM_FI_DEV_FB_USED", {"gpu": "1"}, np.where(after, 2048.0, 0.0))
+    res = _rank(store)
+    assert [(dict(c.labels), c.layer, c.unit, c.kind) for c in res.changes] == [
+        ({"gpu": "1"}, "model", "bytes", "gauge")
+    ]
+    assert res.top_layer == "model"
+
+
 def test_a_histogram_is_compared_by_its_quantiles_and_rate_in_one_query_per_family() -> None:
     rng = np.random.default_rng(6)
     store = Store(retention=1e7)
@@ -270,6 +284,12 @@ def test_no_data_gives_an_empty_ranking_that_says_why() -> None:
     assert [u.what for u in res.unseen] == ["metrics"]
     res = _rank(Store(), selector=["nothing_here"])
     assert res.changes == () and res.unseen[0].why == "no points in either window"
+    # Discovered, but only around long before: not something the ranking failed to see.
+    store = Store(retention=1e7)
+    for i in range(5):
+        store.append("old_level", {}, 1.0, T0 - 10_000 + i)
+    res = _rank(store)
+    assert res.changes == () and res.unseen == () and res.series == 0
 
 
 def test_a_series_with_no_baseline_is_listed_not_scored() -> None:
@@ -383,3 +403,80 @@ def test_recorded_h200_faults_rank_their_metric_in_the_top_three() -> None:
     share = sum(hits) / len(hits)
     print(f"recorded H200 run: expected metric in the top 3 in {sum(hits)}/{len(hits)} = {share}")
     assert share == 1.0, list(zip(CASES, hits, strict=True))
+
+
+# ----------------------------------------------------------------- a real Prometheus
+
+
+def _mixed(seed: int) -> list[tuple[str, dict[str, str], np.ndarray]]:
+    """A service whose latency histogram shifts, a counter whose rate doubles, calm gauges."""
+    rng = np.random.default_rng(seed)
+    t = _times()
+    buckets = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
+    cum = np.zeros((len(buckets), len(t)))
+    for j, ts in enumerate(t):
+        lat = rng.lognormal(math.log(0.4 if ts >= INC[0] else 0.08), 0.3, int(rng.poisson(50)))
+        cum[:, j] = [np.count_nonzero(lat <= le) for le in buckets]
+    cum = np.cumsum(cum, axis=1)
+    out = [
+        ("http_request_duration_seconds_bucket", {"le": "+Inf" if le == math.inf else f"{le:g}"}, c)
+        for le, c in zip(buckets, cum, strict=True)
+    ]
+    out.append(("http_request_duration_seconds_count", {}, cum[-1]))
+    out.append(("jobs_done_total", {}, _counter(rng, 20.0, factor=2.0)))
+    for r in range(5):
+        out.append(("pool_in_use", {"pool": f"p{r}"}, _gauge(rng, 40.0, 0.05)))
+    return out
+
+
+def _openmetrics(data: list[tuple[str, dict[str, str], np.ndarray]]) -> str:
+    by_name: dict[str, list[str]] = {}
+    for name, labels, values in data:
+        lab = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        head = f"{name}{{{lab}}}" if lab else name
+        by_name.setdefault(name, []).extend(
+            f"{head} {v!r} {ts:.3f}" for ts, v in zip(_times(), values.tolist(), strict=True)
+        )
+    lines: list[str] = []
+    for name in sorted(by_name):
+        kind = "unknown" if name.endswith(("_bucket", "_count", "_total")) else "gauge"
+        lines.append(f"# TYPE {name} {kind}")
+        lines += by_name[name]
+    return "\n".join([*lines, "# EOF"]) + "\n"
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_real_prometheus_gives_the_same_ranking_as_the_embedded_store(tmp_path: Path) -> None:
+    from aivitals.tsdb import PrometheusBackend
+    from tests._servers import prometheus, promtool
+
+    data = _mixed(12)
+    store = Store(retention=1e7)
+    for name, labels, values in data:
+        _fill(store, name, labels, values)
+    om = tmp_path / "mixed.om"
+    om.write_text(_openmetrics(data))
+    blocks = tmp_path / "data"
+    made = promtool("tsdb", "create-blocks-from", "openmetrics", str(om), str(blocks))
+    assert made.returncode == 0, made.stderr
+    embedded = _rank(store)
+    with prometheus(data_dir=blocks) as prom, PrometheusBackend(prom.url) as backend:
+        remote = _rank(backend)
+        sent = backend.queries
+
+    def key(r: ChangeRanking) -> list[tuple[str, str, str]]:
+        return [(c.metric, c.stat, c.direction) for c in r.changes]
+
+    assert (
+        key(remote)
+        == key(embedded)
+        == [
+            ("http_request_duration_seconds", "p99", "up"),
+            ("jobs_done_total", "rate", "up"),
+        ]
+    )
+    for a, b in zip(remote.changes, embedded.changes, strict=True):
+        assert a.score == pytest.approx(b.score, rel=0.1)
+    # One instant query to discover the names, one range query per family.
+    assert remote.queries == sent == 1 + remote.families == 4

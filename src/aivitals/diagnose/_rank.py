@@ -89,6 +89,7 @@ _PREFIX_LAYERS: tuple[tuple[str, str], ...] = (
     ("service_", "service"),
     ("python_", "service"),
 )
+_NO_POINTS = "no points in either window"
 _NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?$", re.DOTALL)
 
 Direction = Literal["up", "down"]
@@ -464,21 +465,23 @@ def rank_changes(
     n_series = 0
     for fam in families:
         expr = _query(fam, window, quantiles)
+        results: list[QueryResult] = []
         try:
-            results = [backend.query_range(expr, s, e, step) for s, e in spans]
+            for s, e in spans:
+                queries += 1
+                results.append(backend.query_range(expr, s, e, step))
         except AivitalsError as exc:
-            queries += len(spans)
             unseen.append(Unseen(fam.name + fam.matchers, f"{type(exc).__name__}: {exc}"))
             continue
-        queries += len(spans)
         for res in results:
-            for w in res.warnings:
-                notes.append(f"{fam.name}: partial answer: {w}")
+            notes += [f"{fam.name}: partial answer: {w}" for w in res.warnings]
         changes, scored, skipped = _score_family(
             fam, results, (b0, b1), (i0, i1), band, relative_floor
         )
         n_series += scored
-        if skipped:
+        # A discovered name with no points in either window was simply not around then;
+        # one the caller asked for is worth saying.
+        if skipped and (selector is not None or scored or skipped != _NO_POINTS):
             unseen.append(Unseen(fam.name + fam.matchers, skipped))
         found += changes
     return _assemble(
@@ -583,7 +586,7 @@ def _score_family(
             key = tuple(sorted((k, v) for k, v in rs.labels.items() if k != "__name__"))
             by_labels.setdefault(key, []).extend(rs.points)
     if not by_labels:
-        return [], 0, "no points in either window"
+        return [], 0, _NO_POINTS
     raw: dict[tuple[tuple[str, str], ...], tuple[_Points, _Points]] = {
         k: (_split(p, base_win), _split(p, inc_win)) for k, p in by_labels.items()
     }
