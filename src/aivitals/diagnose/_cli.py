@@ -139,6 +139,7 @@ def diagnose(
         events=events,
         location=None if location.lower() == "none" else location,
         budget=total,
+        dialect="metricsql" if victoriametrics else "promql",
     )
     text = {
         "terminal": d.to_terminal,

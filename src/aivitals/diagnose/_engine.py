@@ -39,7 +39,7 @@ from ._model import (
     Unseen,
 )
 from ._signatures import EventEvidence, Evidence, Signature, load_signatures
-from ._where import localize, node_of, peer_outlier, where_of
+from ._where import DIALECTS, localize, node_of, peer_outlier, to_dialect, where_of
 
 __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
 
@@ -204,6 +204,7 @@ class _Ctx:
     queries: int = 0
     deadline: float | None = None
     workers: int = 8
+    dialect: str = "promql"
     failures: int = 0
     dead: str | None = None
     skipped: int = 0
@@ -246,7 +247,8 @@ class _Ctx:
             self.cache[expr] = None
             return None
         try:
-            res = self.backend.query_range(expr, self.start, self.end, self.step)
+            sent = to_dialect(expr, self.dialect)
+            res = self.backend.query_range(sent, self.start, self.end, self.step)
         except Exception as exc:  # a backend bug must not stop the diagnosis either
             self.outcome(expr, exc)
             self.cache[expr] = None
@@ -338,6 +340,7 @@ def diagnose(
     location: str | None = "node",
     budget: float | None = None,
     workers: int = 8,
+    dialect: str = "promql",
 ) -> Diagnosis:
     """Diagnose the window ``[end - window, end]`` of ``backend``.
 
@@ -351,7 +354,9 @@ def diagnose(
     ranks first, and ``Diagnosis.nodes`` gives each node's verdict. ``location=None``
     never splits. The number of queries does not grow with the fleet; ``budget``
     (seconds) bounds the time spent asking, after which the rest is listed as unseen,
-    and ``workers`` queries run at once on a remote backend.
+    and ``workers`` queries run at once on a remote backend. ``dialect="metricsql"``
+    (VictoriaMetrics) sends ``changes``/``increase``/``delta`` as their ``*_prometheus``
+    forms, so both engines answer alike.
 
     **Usage**::
 
@@ -373,6 +378,9 @@ def diagnose(
     ctx = _Ctx(backend, start, end, step, times, rate)
     ctx.deadline = None if budget is None else time.monotonic() + budget
     ctx.workers = max(1, int(workers))
+    if dialect not in DIALECTS:
+        raise ConfigError(f"diagnose dialect must be one of {DIALECTS}, got {dialect!r}")
+    ctx.dialect = dialect
     sigs = list(signatures) if signatures is not None else _builtin()
     unknown = set(params or {}) - {s.id for s in sigs}
     if unknown:
@@ -530,7 +538,7 @@ def _presence(
     exprs = [f"count{by} (last_over_time({n}[{window}]))" for n in names]
 
     def ask(expr: str) -> QueryResult:
-        return ctx.backend.query(expr, ctx.end)
+        return ctx.backend.query(to_dialect(expr, ctx.dialect), ctx.end)
 
     out: dict[str, set[str]] = {}
     for name, res in zip(names, _run_many(ctx, exprs, ask, "presence query"), strict=True):
@@ -613,7 +621,7 @@ def _prefetch(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
             wanted.append(base)
 
     def ask(expr: str) -> QueryResult:
-        return ctx.backend.query_range(expr, ctx.start, ctx.end, ctx.step)
+        return ctx.backend.query_range(to_dialect(expr, ctx.dialect), ctx.start, ctx.end, ctx.step)
 
     for expr, res in zip(wanted, _run_many(ctx, wanted, ask, "query"), strict=True):
         ctx.cache[expr] = None if res is None else _on_grid(res, ctx.times, ctx.step)

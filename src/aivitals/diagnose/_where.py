@@ -17,7 +17,15 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import promql_parser
 
-__all__ = ["WHERE_KEYS", "localize", "node_of", "peer_outlier", "where_of"]
+__all__ = [
+    "DIALECTS",
+    "WHERE_KEYS",
+    "localize",
+    "node_of",
+    "peer_outlier",
+    "to_dialect",
+    "where_of",
+]
 
 #: Labels that say where: copied from the evidence onto a finding's ``where``.
 WHERE_KEYS = ("node", "instance", "job", "gpu", "uuid", "pid", "process", "model", "pod")
@@ -101,6 +109,21 @@ def localize(expr: str, label: str) -> str:
     except ValueError:
         return expr
     return out
+
+
+#: Query languages a backend may speak: PromQL, or VictoriaMetrics' MetricsQL.
+DIALECTS = ("promql", "metricsql")
+# MetricsQL's changes(), increase() and delta() also count a series' first sample in the
+# window (a node started 5 minutes ago "changed" in the last 10); its *_prometheus
+# variants keep Prometheus' semantics, so both engines give the same answer.
+_METRICSQL = re.compile(r"\b(changes|increase|delta)\s*\(")
+
+
+def to_dialect(expr: str, dialect: str) -> str:
+    """``expr`` as the backend's language wants it (what is sent, not what is reported)."""
+    if dialect == "metricsql":
+        return _METRICSQL.sub(lambda m: f"{m.group(1)}_prometheus(", expr)
+    return expr
 
 
 def node_of(labels: Mapping[str, str], label: str) -> str:

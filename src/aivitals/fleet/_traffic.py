@@ -3,8 +3,10 @@
 ``python -m aivitals.fleet._traffic --rps 2 --max-seconds 3600 URL [URL ...]``
 
 One thread per node sends ``POST /v1/embeddings`` at ``rps`` (a fixed period,
-not Poisson: the fleet wants a flat baseline), half of them texts repeated from
-a small set (cache hits once warm) and half fresh (misses). Bounded by
+not Poisson: the fleet wants a flat baseline), alternating a text repeated from
+a small set (a cache hit once warm) and a fresh one (a miss), so the hit ratio
+is a steady 0.5 rather than a coin toss that a short rate window turns into
+drops. Bounded by
 ``--max-seconds``; stops on SIGTERM. Requests that fail are counted, never
 retried: the fleet's faults are meant to show.
 """
@@ -29,12 +31,15 @@ __all__ = ["main"]
 
 def _drive(base: str, rps: float, stop: threading.Event, seed: int) -> None:
     rng = random.Random(seed)
-    repeated = [make_prompt(12, rng=random.Random(k)) for k in range(16)]
+    repeated = [make_prompt(12, rng=random.Random(k)) for k in range(8)]
+    sent = 0
     period = 1.0 / rps
     next_at = time.monotonic() + rng.random() * period  # nodes out of phase
     with httpx.Client(base_url=base, timeout=10.0) as client:
         while not stop.is_set():
-            text = rng.choice(repeated) if rng.random() < 0.5 else make_prompt(12, rng=rng)
+            fresh = sent % 2 == 1
+            text = make_prompt(12, rng=rng) if fresh else repeated[(sent // 2) % len(repeated)]
+            sent += 1
             spec = embeddings_request(text)
             try:
                 client.post(spec.path, content=spec.body, headers=dict(spec.headers))
