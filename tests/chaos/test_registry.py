@@ -164,3 +164,36 @@ def test_the_docs_fault_table_names_the_alerts_of_the_code_table() -> None:
         row = re.search(rf"\| `{name}` \|[^\n]*\| ([^|\n]*) \|\n", doc)
         assert row is not None, f"docs/chaos.md has no row for {name}"
         assert row.group(1).strip() == (", ".join(info.alerts) or "-"), name
+
+
+def test_every_choice_value_says_what_it_touches_and_who_owns_it_after() -> None:
+    for name, cls in FAULTS.items():
+        assert cls.touches, f"{name}: no touches rows"
+        for key, values in cls.choices.items():
+            _, low, high = cls.params[key]
+            assert set(values) == set(range(int(low), int(high) + 1)), (name, key)
+            for v in values:
+                rows = cls.touches_for(**{key: v})
+                assert rows, f"{name}: nothing says what {key}={v} touches"
+                assert all(r.touches and r.afterwards for r in rows)
+        whens = {t.when for t in cls.touches}
+        known = {""} | {f"{k}={v}" for k, vs in cls.choices.items() for v in vs}
+        assert whens <= known, (name, whens - known)
+    # the one fault that replaces a process someone else started says who owns it
+    [kill] = get_fault("redis_down").touches_for(method=1)
+    assert kill.processes and "owner" in kill.afterwards
+
+
+def test_cli_list_prints_each_value_and_its_owner(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    main(["chaos", "list"])
+    out = capsys.readouterr().out
+    assert "method=1: kills the redis-server" in out
+    assert "real=0:" in out and "completions=1:" in out
+    assert out.count("afterwards:") == sum(len(c.touches) for c in FAULTS.values())
+    main(["chaos", "list", "--json"])
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    touches = {t["when"]: t for t in rows["redis_down"]["touches"]}
+    assert touches["method=1"]["starts_processes"] is True
+    assert touches["method=0"]["starts_processes"] is False

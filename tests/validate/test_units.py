@@ -201,3 +201,18 @@ def test_a_service_that_dies_is_reported_reverted_and_restarted(
     assert _FakeRunner.stopped == 1  # the fault was reverted
     assert stack.restarts == 1
     assert any(line.startswith("[fail]") for line in lines)
+
+
+def test_param_overrides_are_checked_before_anything_starts() -> None:
+    cfg = ValidateConfig(scenarios=("redis_down",), params={"redis_down": {"method": 1}})
+    assert cfg.params == {"redis_down": {"method": 1}}
+    with pytest.raises(ConfigError, match="has no nope"):
+        ValidateConfig(params={"redis_down": {"nope": 1}})
+    with pytest.raises(ConfigError, match="not among the scenarios"):
+        ValidateConfig(scenarios=("cpu_burn",), params={"redis_down": {"method": 1}})
+    with pytest.raises(ConfigError, match="unknown fault"):
+        ValidateConfig(params={"redis_melt": {"method": 1}})
+    for bad in ("redis_down=1", "method=1", ".method=1", "redis_down.method"):
+        result = CliRunner().invoke(cli, ["validate", "--scenarios", "redis_down", "-p", bad])
+        assert result.exit_code != 0
+        assert "FAULT.KEY=VALUE" in str(result.exception), bad

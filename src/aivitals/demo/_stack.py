@@ -168,6 +168,9 @@ class ServiceProcess:
             "AIVITALS_SIM_GPU_DIR": str(sim_gpu_dir),
             "AIVITALS_DEMO_PROBE_INTERVAL": "1",
             "AIVITALS_DEMO_DEVICE": device,
+            # torch makes its inductor cache dir in the temp dir on import; inside the
+            # workdir it goes with the stack (nothing is compiled, so nothing is lost)
+            "TORCHINDUCTOR_CACHE_DIR": str(workdir / "torchinductor"),
         }
         if ledger is not None:
             from ..chaos._procs import RUN_ENV
@@ -289,7 +292,13 @@ class Stack:
 
         atexit.register(self.stop)
         try:
-            self.ledger = RunDir.create(default_root(), kind="stack")
+            try:
+                self.ledger = RunDir.create(default_root(), kind="stack")
+            except OSError as exc:
+                raise ServiceError(
+                    f"cannot write the stack's ledger under {default_root()} ({exc}); set "
+                    "AIVITALS_CHAOS_DIR to a directory you can write"
+                ) from exc
             if self._own_workdir:
                 self.ledger.journal.record("path", path=str(self.workdir))
             self._start_redis()
