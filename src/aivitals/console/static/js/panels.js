@@ -15,6 +15,7 @@ export function livePanels(grid, specs, ctx, { window, markers, live = true } = 
       const points = Math.max(120, Math.round(panel.width() - 70));
       const params = [["start", start.toFixed(3)], ["end", end.toFixed(3)], ["points", String(points)]];
       for (const q of spec.queries) params.push(["q", q.expr]);
+      panel.lastParams = params;
       return getJSON("/console/api/range", params, signal);
     }, {
       interval: live ? ctx.tick : () => 3600000,
