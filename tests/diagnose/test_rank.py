@@ -220,6 +220,24 @@ def test_an_unknown_monotone_series_is_taken_for_a_counter_and_a_leak_stays_a_ga
     }
 
 
+def test_a_counter_scraped_slower_than_the_step_is_not_a_change() -> None:
+    # Points every 5 s from a counter scraped every 15 s: rising on one step in three.
+    rng = np.random.default_rng(13)
+    store = Store(retention=1e7)
+    t = np.arange(T0, INC[1] + 1, 15.0)
+    v = np.cumsum(rng.poisson(20 * 15, len(t))).astype(float)
+    for name in ("jobs_processed", "jobs_done_total"):
+        for ts, x in zip(t, v, strict=True):
+            store.append(name, {}, float(x), float(ts))
+    res = _rank(store, min_score=0.0)
+    assert {c.metric: c.kind for c in res.changes} == {
+        "jobs_processed": "counter (inferred)",
+        "jobs_done_total": "counter",
+    }
+    assert all(c.score < 1.0 and c.unit == "1/s" for c in res.changes)
+    assert all(c.baseline_median == pytest.approx(20, rel=0.1) for c in res.changes)
+
+
 def test_a_wide_family_does_not_flood_the_top() -> None:
     rng = np.random.default_rng(8)
     store = Store(retention=1e7)

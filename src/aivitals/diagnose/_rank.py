@@ -330,17 +330,19 @@ def _score(
         shift = math.copysign(Z_CAP, med_i - med_b) if med_i != med_b else 0.0
     n = len(z)
     up, down = z > band, z < -band
-    mass_up, mass_down = float(z[up].sum()) / n, float(-z[down].sum()) / n
+    mass_up, mass_down = float(z[up].sum()) / n, float(np.abs(z[down]).sum()) / n
     if mass_up > mass_down or (mass_up == mass_down and shift >= 0):
         return _Score(med_b, med_i, scale, mass_up, shift, "up", float(up.mean()))
     return _Score(med_b, med_i, scale, mass_down, shift, "down", float(down.mean()))
 
 
 def _floor(unit: str, stat: str, unit_scale: float) -> float:
-    if not unit:
+    if stat == "rate":  # counters count things: one a minute, unless the unit says bytes or seconds
+        f = _RATE_FLOOR.get(unit, _EVENT_RATE_FLOOR)
+    elif unit:
+        f = _LEVEL_FLOOR.get(unit, 1.0)
+    else:
         return 0.0
-    rate = stat == "rate"
-    f = _RATE_FLOOR.get(unit, _EVENT_RATE_FLOOR) if rate else _LEVEL_FLOOR.get(unit, 1.0)
     # The data is in the foreign unit (an alias's): e.g. DCGM MiB where ours is bytes.
     return f / unit_scale if unit_scale > 0 else f
 
@@ -369,12 +371,21 @@ def _is_counter(series: Sequence[tuple[npt.NDArray[np.float64], npt.NDArray[np.f
     return rising
 
 
-def _local_rate(t: npt.NDArray[np.float64], v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _local_rate(t: npt.NDArray[np.float64], v: npt.NDArray[np.float64], window: float) -> _Points:
+    """``rate()`` computed from the points: the reset-adjusted increase over ``window`` or more.
+
+    Per step would alias: points taken every 5 s from a counter scraped every
+    15 s rise on one step in three, a rate of 0, 0, 3x that no baseline survives.
+    """
     if len(v) < 2:
-        return np.empty(0)
+        return t[:0], v[:0]
     d = np.diff(v)
     d = np.where(d < 0, v[1:], d)  # a reset: the counter restarted from zero
-    return d / np.diff(t)
+    grown = np.concatenate(([0.0], np.cumsum(d)))
+    j = np.searchsorted(t, t - window, side="right") - 1  # the newest point >= window back
+    ok = (j >= 0) & (t - t[np.maximum(j, 0)] <= 2 * window)  # not across a gap between windows
+    i, j = np.nonzero(ok)[0], j[ok]
+    return t[i], (grown[i] - grown[j]) / (t[i] - t[j])
 
 
 # ----------------------------------------------------------------- the API
@@ -476,7 +487,13 @@ def rank_changes(
         for res in results:
             notes += [f"{fam.name}: partial answer: {w}" for w in res.warnings]
         changes, scored, skipped = _score_family(
-            fam, results, (b0, b1), (i0, i1), band, relative_floor
+            fam,
+            results,
+            (b0, b1),
+            (i0, i1),
+            band=band,
+            relative_floor=relative_floor,
+            window=window,
         )
         n_series += scored
         # A discovered name with no points in either window was simply not around then;
@@ -561,15 +578,17 @@ def _parse_selector(selector: str | Sequence[str]) -> list[tuple[str, str]]:
 _Points = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
 
+def _points(points: Sequence[tuple[float, float]]) -> _Points:
+    arr = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    arr = arr[np.argsort(arr[:, 0], kind="stable")]
+    keep = np.isfinite(arr[:, 1])
+    return arr[keep, 0], arr[keep, 1]
+
+
 def _split(
-    points: Sequence[tuple[float, float]], win: tuple[float, float]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    if not points:
-        return np.empty(0), np.empty(0)
-    arr = np.asarray(points, dtype=np.float64)
-    t, v = arr[:, 0], arr[:, 1]
-    keep = (t >= win[0]) & (t <= win[1]) & np.isfinite(v)
-    return t[keep], v[keep]
+    t: npt.NDArray[np.float64], v: npt.NDArray[np.float64], win: tuple[float, float]
+) -> npt.NDArray[np.float64]:
+    return v[(t >= win[0]) & (t <= win[1])]
 
 
 def _score_family(
@@ -577,8 +596,10 @@ def _score_family(
     results: Sequence[QueryResult],
     base_win: tuple[float, float],
     inc_win: tuple[float, float],
+    *,
     band: float,
     relative_floor: float,
+    window: float,
 ) -> tuple[list[Change], int, str]:
     by_labels: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
     for res in results:
@@ -587,20 +608,21 @@ def _score_family(
             by_labels.setdefault(key, []).extend(rs.points)
     if not by_labels:
         return [], 0, _NO_POINTS
-    raw: dict[tuple[tuple[str, str], ...], tuple[_Points, _Points]] = {
-        k: (_split(p, base_win), _split(p, inc_win)) for k, p in by_labels.items()
-    }
+    raw = {k: _points(p) for k, p in by_labels.items()}
     kind: str = fam.kind
     if kind == "unknown":
-        counter = _is_counter([(b[1], i[1]) for b, i in raw.values()])
+        counter = _is_counter(
+            [(_split(t, v, base_win), _split(t, v, inc_win)) for t, v in raw.values()]
+        )
         kind = "counter (inferred)" if counter else "gauge"
     changes: list[Change] = []
     no_base = no_inc = 0
-    for key, ((bt, bv), (it, iv)) in raw.items():
+    for key, (t, v) in raw.items():
         labels = dict(key)
         stat = labels.pop(_STAT, "rate" if kind.startswith("counter") else "value")
         if kind == "counter (inferred)":
-            bv, iv = _local_rate(bt, bv), _local_rate(it, iv)
+            t, v = _local_rate(t, v, window)
+        bv, iv = _split(t, v, base_win), _split(t, v, inc_win)
         if len(bv) < MIN_POINTS and stat == "rate" and len(iv) >= MIN_POINTS:
             # A counter that did not exist yet had counted nothing.
             bv = np.zeros(MIN_POINTS)
@@ -610,7 +632,9 @@ def _score_family(
         if len(iv) < MIN_POINTS:
             no_inc += 1
             continue
-        floor = _floor(fam.unit, stat, fam.unit_scale)
+        # A histogram's rate counts observations, whatever unit the observations have.
+        unit = "" if fam.kind == "histogram" and stat == "rate" else fam.unit
+        floor = _floor(unit, stat, fam.unit_scale)
         s = _score(bv, iv, band=band, relative_floor=relative_floor, floor=floor)
         changes.append(
             Change(
@@ -619,7 +643,7 @@ def _score_family(
                 labels=labels,
                 layer=fam.layer,
                 kind=kind,
-                unit=fam.unit,
+                unit=(f"{unit}/s" if unit else "1/s") if stat == "rate" else unit,
                 baseline_median=s.baseline_median,
                 incident_median=s.incident_median,
                 score=s.score,
