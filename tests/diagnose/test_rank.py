@@ -71,6 +71,21 @@ def test_noise_only_ranks_nothing() -> None:
     assert max(c.score for c in everything.changes) < 1.0
 
 
+def test_a_lone_spike_is_not_a_change_but_a_burst_is() -> None:
+    rng = np.random.default_rng(14)
+    store = Store(retention=1e7)
+    t = _times()
+    spike = _gauge(rng, 0.2, 0.1)
+    spike[np.searchsorted(t, INC[0] + 300)] = 200.0  # one point, a thousand times the level
+    burst = _gauge(rng, 0.2, 0.1)
+    burst[(t >= INC[0] + 200) & (t < INC[0] + 320)] *= 5  # two minutes of the ten
+    _fill(store, "api_latency_seconds", {"route": "spike"}, spike)
+    _fill(store, "api_latency_seconds", {"route": "burst"}, burst)
+    res = _rank(store)
+    assert [dict(c.labels) for c in res.changes] == [{"route": "burst"}]
+    assert res.changes[0].beyond == pytest.approx(0.2, abs=0.03)
+
+
 def test_a_3x_latency_shift_in_one_of_50_noisy_series_ranks_first() -> None:
     rng = np.random.default_rng(1)
     store = Store(retention=1e7)

@@ -10,7 +10,8 @@ Scoring, per series (``b`` the baseline points, ``x`` the incident points)::
 
     scale = max(1.4826 * MAD(b), relative_floor * |median(b)|, unit floor)
     z     = (x - median(b)) / scale          clipped to +-1000
-    score = mean over the incident of z where |z| > band, 0 elsewhere (dominant side)
+    score = mean over the incident of z where |z| > band, 0 elsewhere (dominant side),
+            after the most extreme 5 % on each side (one point at least) is pulled in
 
 so a shift counts by its size *and* by how much of the incident it lasts
 (``beyond``, the share of incident points outside the band). The unit floor
@@ -44,6 +45,8 @@ _MAD_SIGMA = 1.4826
 #: |z| is clipped here: past a thousand sigmas the size no longer orders anything,
 #: persistence does (and a zero scale gives exactly this).
 Z_CAP = 1000.0
+#: Share of the incident's points, on each side, that cannot carry a score alone.
+TRIM = 0.05
 #: A series needs this many finite points in each window to be scored.
 MIN_POINTS = 3
 #: The label that tells a histogram's p50, p99 and rate apart inside one query.
@@ -329,6 +332,13 @@ def _score(
         z = np.sign(diff) * Z_CAP
         shift = math.copysign(Z_CAP, med_i - med_b) if med_i != med_b else 0.0
     n = len(z)
+    # Winsorize: the most extreme TRIM of the incident on each side (one point at least)
+    # is pulled in to the next, so a lone spike cannot carry a score; a change that
+    # lasts longer than that keeps its full size.
+    k = max(1, math.ceil(TRIM * n))
+    if n > 2 * k:
+        ordered = np.sort(z)
+        z = np.clip(z, ordered[k], ordered[n - 1 - k])
     up, down = z > band, z < -band
     mass_up, mass_down = float(z[up].sum()) / n, float(np.abs(z[down]).sum()) / n
     if mass_up > mass_down or (mass_up == mass_down and shift >= 0):
