@@ -299,6 +299,8 @@ def test_bad_windows_are_refused(
         ({"selector": []}, "selector is empty"),
         ({"selector": ["not a metric!"]}, "not a metric name"),
         ({"rate_window": -5.0}, "rate_window"),
+        ({"rate_window": "5m"}, "rate_window"),
+        ({"step": 0.01}, "over 10000"),
     ],
 )
 def test_bad_settings_are_refused(kw: dict[str, object], match: str) -> None:

@@ -49,6 +49,8 @@ Z_CAP = 1000.0
 TRIM = 0.05
 #: A series needs this many finite points in each window to be scored.
 MIN_POINTS = 3
+#: Points a series may have in one range query (Prometheus refuses more than 11,000).
+_MAX_POINTS = 10_000
 #: The label that tells a histogram's p50, p99 and rate apart inside one query.
 _STAT = "aivitals_stat"
 
@@ -453,7 +455,7 @@ def rank_changes(
     spans = [(b0, i1)] if joined else [(b0, b1), (i0, i1)]
     widest = max(e - s for s, e in spans)
     if step is None:
-        step = max(shorter / 60.0, widest / 10_000.0, 1e-3)
+        step = max(shorter / 60.0, widest / _MAX_POINTS, 1e-3)
     elif not (isinstance(step, int | float) and math.isfinite(step) and step > 0):
         raise ConfigError(f"step must be a positive number of seconds, got {step!r}")
     step = float(step)
@@ -461,9 +463,19 @@ def rank_changes(
         raise ConfigError(
             f"a window of {shorter:g}s holds fewer than {MIN_POINTS} points at step {step:g}s"
         )
-    window = max(4 * step, 60.0) if rate_window is None else float(rate_window)
-    if not (math.isfinite(window) and window > 0):
+    if widest / step > _MAX_POINTS:
+        raise ConfigError(
+            f"step {step:g}s asks for {widest / step:.0f} points a series in one query, over "
+            f"{_MAX_POINTS} (Prometheus refuses 11,000): use {widest / _MAX_POINTS:g}s or more"
+        )
+    window = max(4 * step, 60.0) if rate_window is None else rate_window
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, int | float)
+        or not (math.isfinite(window) and window > 0)
+    ):
         raise ConfigError(f"rate_window must be a positive number of seconds, got {rate_window!r}")
+    window = float(window)
 
     queries = 0
     unseen: list[Unseen] = []
