@@ -160,7 +160,7 @@ def _traffic(url: str, stop: threading.Event) -> None:
             stop.wait(0.2)
 
 
-def _ask(prom: str, target: dict[str, Any], expr: str, now: float) -> list[Any]:
+def ask(prom: str, target: dict[str, Any], expr: str, now: float) -> list[Any]:
     if target.get("instant"):
         r = httpx.get(f"{prom}/api/v1/query", params={"query": expr, "time": now}, timeout=30)
     else:
@@ -229,7 +229,7 @@ def _check(prom: str, docs: dict[str, dict[str, Any]]) -> None:
             for target in panel.get("targets", []):
                 key = (panel["title"], target["refId"])
                 seen.add(key)
-                result = _ask(prom, target, render_variables(target["expr"], values), now)
+                result = ask(prom, target, render_variables(target["expr"], values), now)
                 if panel["title"] == "Not collected":
                     missing_families |= {s["metric"]["metric"] for s in result}
                     continue
@@ -270,7 +270,7 @@ def _check_aliases(prom: str, docs: dict[str, dict[str, Any]], now: float) -> No
 
     def one(title: str, ref: int = 0) -> list[Any]:
         target = panels[title]["targets"][ref]
-        return _ask(prom, {"instant": True}, render_variables(target["expr"], node2), now)
+        return ask(prom, {"instant": True}, render_variables(target["expr"], node2), now)
 
     kv = one("KV cache in use")
     assert [(s["metric"]["model"], float(s["value"][1])) for s in kv] == [("fixture-llm", 0.42)]
@@ -290,4 +290,4 @@ def _check_aliases(prom: str, docs: dict[str, dict[str, Any]], now: float) -> No
 
 
 def one_doc(prom: str, target: dict[str, Any], values: dict[str, str], now: float) -> list[Any]:
-    return _ask(prom, {"instant": True}, render_variables(target["expr"], values), now)
+    return ask(prom, {"instant": True}, render_variables(target["expr"], values), now)
