@@ -213,7 +213,7 @@ def cleanup(force: bool) -> None:
     for run_id in report.cleaned:
         click.echo(f"cleaned {run_id}")
     for run_id in report.skipped:
-        click.echo(f"skipped {run_id}: its runner is still running (--force to revert it)")
+        click.echo(f"skipped {run_id}: its runner (or stack) is still running (--force to revert)")
     for rep in report.replaced:
         click.echo(_replacement_line(rep))
     for err in report.errors:

@@ -73,6 +73,14 @@ class RedisServer:
         """Take over a redis-server started in place of ours (same port and dir)."""
         self._adopted = (pid, start)
 
+    def alive(self) -> bool:
+        """Is our redis-server (or the one a fault handed over) running?"""
+        if self._adopted is not None:
+            from ..chaos._procs import same_process
+
+            return same_process(*self._adopted)
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self, timeout: float = 10.0) -> RedisServer:
         from ..chaos._procs import RUN_ENV, start_time
         from ..chaos._redis import keeps_title
