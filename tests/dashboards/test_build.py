@@ -222,3 +222,19 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         main(["dashboards", "export", "--out", str(tmp_path / "d"), "--param", "nonsense=1"])
     assert "ConfigError" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_without_the_sdk_the_error_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    for name in list(sys.modules):
+        if name.startswith("grafana_foundation_sdk"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "grafana_foundation_sdk", None)  # import fails
+    with pytest.raises(SystemExit):
+        main(["dashboards", "export", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "ConfigError: building dashboards needs grafana-foundation-sdk" in err
+    assert not (tmp_path / "out").exists()

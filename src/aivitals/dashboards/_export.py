@@ -24,9 +24,10 @@ def export_dashboards(out: Path, pack: RulePack | None = None) -> list[Path]:
     """Write ``<uid>.json`` for every dashboard into ``out`` (created if missing)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
+    docs = build_dashboards(pack)  # first: a failure leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for uid, doc in build_dashboards(pack).items():
+    for uid, doc in docs.items():
         path = out / f"{uid}.json"
         path.write_text(dashboard_text(doc), encoding="utf-8")
         written.append(path)
