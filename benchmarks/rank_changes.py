@@ -34,6 +34,51 @@ from aivitals.tsdb import Store  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
+#: A process that idles through the baseline, then does one thing wrong until killed.
+CHILD = r"""
+import os, sys, tempfile, threading, time
+mode, start = sys.argv[1], float(sys.argv[2])
+hold = []
+while time.time() < start:
+    time.sleep(0.02)
+if mode == "disk":
+    f = tempfile.TemporaryFile(dir=sys.argv[3])
+while True:
+    if mode == "threads":  # a thread leak: 20 parked threads a second
+        t = threading.Thread(target=time.sleep, args=(3600,), daemon=True)
+        t.start()
+        hold.append(t)
+        time.sleep(0.05)
+    elif mode == "memory":  # a memory leak: 20 MB a second, touched
+        hold.append(bytearray(b"x" * 2 * 2**20))
+        time.sleep(0.1)
+    elif mode == "fds":  # a descriptor leak: 50 a second
+        hold.append(open(os.devnull))
+        time.sleep(0.02)
+    elif mode == "cpu":  # a CPU-bound step in the request path
+        sum(i * i for i in range(20000))
+    elif mode == "disk":  # a log filling the disk: 1 MB fsynced every 50 ms
+        f.write(b"x" * 2**20)
+        f.flush()
+        os.fsync(f.fileno())
+        time.sleep(0.05)
+"""
+#: Live fault -> (the metrics that show it, the layer they should name).
+LIVE = {
+    "threads": ({"service_process_threads"}, "service"),
+    "memory": ({"service_process_resident_memory_bytes", "host_memory_available_bytes"}, None),
+    "fds": ({"service_process_open_fds"}, "service"),
+    "cpu": ({"service_process_cpu_seconds_total", "host_cpu_seconds_total"}, None),
+    "disk": (
+        {
+            "host_disk_writes_completed_total",
+            "host_disk_write_time_seconds_total",
+            "host_disk_io_time_seconds_total",
+        },
+        "infrastructure",
+    ),
+}
+
 
 def recorded() -> tuple[float, float, list[tuple[str, str, list[str]]]]:
     store, phases = _h200()
@@ -46,6 +91,44 @@ def recorded() -> tuple[float, float, list[tuple[str, str, list[str]]]]:
         top3 += bool(EXPECTED[fault] & set(names))
         rows.append((fault, normal, names))
     return top1 / len(CASES), top3 / len(CASES), rows
+
+
+def live(phase_s: float = 12.0, every: float = 0.5) -> list[tuple[str, list[str], bool]]:
+    """Real faults in a child process on this machine, read by the real collectors."""
+    import subprocess
+    import tempfile
+
+    from aivitals.collect import HostCollector, ProcessCollector
+
+    rows = []
+    for mode, (expected, _) in LIVE.items():
+        store = Store(retention=1e7)
+        start = time.time() + phase_s + 1.0
+        with tempfile.TemporaryDirectory(prefix="aivitals-rank-") as tmp:
+            child = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(start), tmp])
+            try:
+                collectors = [HostCollector(), ProcessCollector(pid=child.pid)]
+                t0 = time.time()
+                end = start + phase_s
+                while (now := time.time()) < end:
+                    for c in collectors:
+                        store.append_samples(c.collect(), default_timestamp=now)
+                    time.sleep(max(0.0, every - (time.time() - now)))
+            finally:
+                child.kill()
+                child.wait(10)
+        res = rank_changes(
+            store, baseline=(t0, start - every), incident=(start + every, end), step=every
+        )
+        names = [c.metric for c in res.changes[:3]]
+        rows.append(
+            (
+                mode,
+                [f"{c.metric} ({c.layer})" for c in res.changes[:3]],
+                bool(expected & set(names)),
+            )
+        )
+    return rows
 
 
 def big_store(families: int = 250, per: int = 10) -> Store:
@@ -86,6 +169,11 @@ def main() -> None:
     print(f"{'fault':<12} {'baseline':<10} top 3")
     for fault, normal, names in rows:
         print(f"{fault:<12} {normal:<10} {', '.join(names)}")
+    live_rows = [] if "--no-live" in sys.argv else live()
+    if live_rows:
+        print("\nlive faults on this machine (real collectors, shared and noisy)")
+        for mode, names, hit in live_rows:
+            print(f"{mode:<12} {'yes' if hit else 'NO ':<4} {', '.join(names)}")
     store = big_store()
     n_series = store.series_count
     times, res = [], None
@@ -104,6 +192,10 @@ def main() -> None:
         "recorded_top1": round(top1, 3),
         "recorded_top3": round(top3, 3),
         "recorded_cases": len(rows),
+        "live_top3": round(sum(h for _, _, h in live_rows) / len(live_rows), 3)
+        if live_rows
+        else None,
+        "live_cases": len(live_rows),
         "rank_s": round(rank_s, 3),
         "series": n_series,
         "queries": res.queries,

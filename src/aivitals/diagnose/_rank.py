@@ -433,7 +433,9 @@ def rank_changes(
     without it every metric name is discovered (``label_values`` on the embedded
     store, one instant query otherwise). ``step`` (default: a sixtieth of the
     shorter window, at most 10,000 points a query) is the resolution; counters
-    are turned into rates over ``rate_window`` (default ``max(4 * step, 60 s)``).
+    are turned into rates over ``rate_window`` (default ``max(4 * step, min(60 s,
+    shorter window / 4))``: a minute, so four 15 s scrapes, unless a window is too
+    short to hold four of those rates).
     Queries: one range query per family when the windows are at most one window
     apart, two when they are further apart, plus one for discovery on a
     remote backend. A family whose query fails is skipped and listed in
@@ -468,7 +470,7 @@ def rank_changes(
             f"step {step:g}s asks for {widest / step:.0f} points a series in one query, over "
             f"{_MAX_POINTS} (Prometheus refuses 11,000): use {widest / _MAX_POINTS:g}s or more"
         )
-    window = max(4 * step, 60.0) if rate_window is None else rate_window
+    window = max(4 * step, min(60.0, shorter / 4)) if rate_window is None else rate_window
     if (
         isinstance(window, bool)
         or not isinstance(window, int | float)
