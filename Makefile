@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # promtool, Alertmanager, VictoriaMetrics, Redis, stress-ng, fio, wrk, nft.
 DEB_PKGS := prometheus prometheus-alertmanager victoria-metrics redis-server stress-ng fio wrk nftables iproute2 chromium chromium-driver
 
-.PHONY: demo test lint typecheck unit bench debs clean
+.PHONY: demo test lint typecheck unit bench debs clean generate
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,11 @@ unit: $(STAMP)
 
 test: debs $(STAMP)
 	$(MAKE) --no-print-directory lint typecheck unit
+
+# After changing the rule pack or the signal catalogue: the PrometheusRule and the
+# dashboard ConfigMaps under deploy/ are generated from them (tests/deploy checks).
+generate: $(STAMP)
+	$(BIN)/python deploy/generate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -272,3 +272,19 @@ def test_remote_listen_needs_the_flag() -> None:
 def test_bad_scrape_target(text: str) -> None:
     with pytest.raises(ConfigError, match="scrape"):
         ScrapeTarget.parse(text)
+
+
+def test_collectors_without_sim_gpu_never_resolve_the_sim_dir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A read-only container root has no temp dir; only the sim backend may need one.
+    from aivitals.agent import _config
+
+    def no_tmp() -> str:
+        raise FileNotFoundError("no usable temporary directory")
+
+    monkeypatch.setattr(_config, "default_sim_dir", no_tmp)
+    from aivitals.agent._build import build_collectors
+
+    collectors = build_collectors(_config.AgentConfig(gpu="none", kernel_log=False))
+    assert all("Gpu" not in type(c).__name__ for c in collectors)

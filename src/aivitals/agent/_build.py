@@ -22,7 +22,10 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
     out: list[Collector] = [HostCollector(proc=config.proc, sys=config.sys, ports=ports)]
     if config.pid is not None or config.port is not None:
         out.append(ProcessCollector(pid=config.pid, port=config.port, proc=config.proc))
-    gpu = gpu_collector(config.gpu, sim_dir=config.sim_dir)
+    # The sim directory is resolved only for the sim backend: resolving it reads the
+    # temp dir, which a read-only container root (the DaemonSet) may not have.
+    sim_dir = config.sim_dir if config.gpu == "sim" else None
+    gpu = gpu_collector(config.gpu, sim_dir=sim_dir)
     if gpu is not None:
         out.append(gpu)
     if config.kernel_log:
