@@ -285,3 +285,18 @@ def test_range_series_of_the_wrapper_are_real(shapes: RecordedShapes) -> None:
     sf = _fleet(shapes, None, nodes=2)
     res = _Wrapped(sf.to_store()).query_range("up", sf.times[0], sf.end, sf.step)
     assert res.matrix and isinstance(res.matrix[0], RangeSeries)
+
+
+def test_a_large_fleet_is_asked_per_node_and_the_top_finding_zooms_in(
+    shapes: RecordedShapes,
+) -> None:
+    sf = SynthFleet(shapes, nodes=6, gpus=4, fault="gpu_memory_leak", faulty_node=2, faulty_gpu=3)
+    fine = _diagnose(sf)
+    coarse = _diagnose(sf, coarse_above=2)  # 6 nodes count as "large" here
+    for d in (fine, coarse):
+        top = d.findings[0]
+        assert top.signature == "gpu_memory_leak"
+        assert top.where["node"] == "sim-node-2"
+        assert top.where["gpu"] == "3"
+        assert top.where["pid"] == "1003"
+    assert coarse.nodes == fine.nodes

@@ -38,8 +38,17 @@ from ._model import (
     SignalDeviation,
     Unseen,
 )
-from ._signatures import EventEvidence, Evidence, Signature, load_signatures
-from ._where import DIALECTS, localize, node_of, peer_outlier, to_dialect, where_of
+from ._signatures import ROLES, EventEvidence, Evidence, Signature, load_signatures
+from ._where import (
+    DIALECTS,
+    localize,
+    node_of,
+    peer_outlier,
+    peer_outliers,
+    per_node,
+    to_dialect,
+    where_of,
+)
 
 __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
 
@@ -57,6 +66,12 @@ FLEET_WIDE_SHARE = 0.8
 #: is an outlier.
 PEER_RATIO = 3.0
 PEER_SCORE = 5.0
+#: Over a fleet of more nodes than this, each question is asked per node (the worst GPU,
+#: process or cache of the node), not per series, so an answer is at most one series a
+#: node; the few findings reported then zoom in to name their GPU, pid or cache.
+COARSE_ABOVE = 64
+#: How many node findings zoom in (one query per required evidence item each).
+ZOOM = 3
 #: Vitals compared across nodes when a fleet is diagnosed.
 PEER_VITALS = (
     "p99_latency",
@@ -205,6 +220,7 @@ class _Ctx:
     deadline: float | None = None
     workers: int = 8
     dialect: str = "promql"
+    coarse: bool = False
     failures: int = 0
     dead: str | None = None
     skipped: int = 0
@@ -247,16 +263,13 @@ class _Ctx:
             self.cache[expr] = None
             return None
         try:
-            sent = to_dialect(expr, self.dialect)
-            res = self.backend.query_range(sent, self.start, self.end, self.step)
+            answer = _range(self, expr)
         except Exception as exc:  # a backend bug must not stop the diagnosis either
             self.outcome(expr, exc)
             self.cache[expr] = None
             return None
         self.outcome(expr, None)
-        if res.warnings:
-            self.unseen.append(Unseen(expr, "partial answer: " + "; ".join(res.warnings)[:300]))
-        self.cache[expr] = _on_grid(res, self.times, self.step)
+        self.cache[expr] = _grid(self, expr, answer)
         return self.cache[expr]
 
     def part(self, expr: str, node: str | None) -> list[_Series] | None:
@@ -313,6 +326,35 @@ def _filtered(s: _Series, op: str, n: float) -> _Series:
     return _Series(s.labels, np.where(keep, s.values, np.nan))
 
 
+def _range(ctx: _Ctx, expr: str) -> Any:
+    """One range query in the backend's dialect: a QueryResult, or (arrays, warnings) from a
+    backend that offers them (PrometheusBackend: no Python tuple per point)."""
+    sent = to_dialect(expr, ctx.dialect)
+    fast = getattr(ctx.backend, "query_range_arrays", None)
+    if fast is not None:
+        return fast(sent, ctx.start, ctx.end, ctx.step)
+    return ctx.backend.query_range(sent, ctx.start, ctx.end, ctx.step)
+
+
+def _grid(ctx: _Ctx, expr: str, answer: Any) -> list[_Series]:
+    """An answer of ``_range`` on the window grid; its warnings listed as unseen."""
+    if isinstance(answer, QueryResult):
+        warnings: Sequence[str] = answer.warnings
+        out = _on_grid(answer, ctx.times, ctx.step)
+    else:
+        arrays, warnings = answer
+        out = []
+        for labels, ts, vs in arrays:
+            vals = np.full(len(ctx.times), np.nan)
+            idx = np.rint((ts - ctx.times[0]) / ctx.step).astype(np.int64)
+            ok = (idx >= 0) & (idx < len(ctx.times))
+            vals[idx[ok]] = vs[ok]
+            out.append(_Series({k: v for k, v in labels.items() if k != "__name__"}, vals))
+    if warnings:
+        ctx.unseen.append(Unseen(expr, "partial answer: " + "; ".join(warnings)[:300]))
+    return out
+
+
 def _on_grid(res: QueryResult, times: np.ndarray, step: float) -> list[_Series]:
     out = []
     for rs in res.matrix:
@@ -341,6 +383,7 @@ def diagnose(
     budget: float | None = None,
     workers: int = 8,
     dialect: str = "promql",
+    coarse_above: int = COARSE_ABOVE,
 ) -> Diagnosis:
     """Diagnose the window ``[end - window, end]`` of ``backend``.
 
@@ -356,7 +399,8 @@ def diagnose(
     (seconds) bounds the time spent asking, after which the rest is listed as unseen,
     and ``workers`` queries run at once on a remote backend. ``dialect="metricsql"``
     (VictoriaMetrics) sends ``changes``/``increase``/``delta`` as their ``*_prometheus``
-    forms, so both engines answer alike.
+    forms, so both engines answer alike. Over more than ``coarse_above`` nodes each
+    question is asked per node (its worst series) and the top findings zoom in.
 
     **Usage**::
 
@@ -392,8 +436,21 @@ def diagnose(
     rendered = [s.render((params or {}).get(s.id), rate) for s in sigs]
     if ctx.location is not None:
         rendered = [_localized(s, ctx.location) for s in rendered]
-    _prefetch(ctx, rendered)
-    _detect_all(ctx, rendered)
+    fine = {s.id: s for s in rendered}
+    if ctx.location is not None and len(ctx.nodes) > coarse_above:
+        ctx.coarse = True
+        rendered = [_coarsened(s, ctx.location) for s in rendered]
+    if ctx.location is None:
+        _prefetch(ctx, rendered)
+        _detect_all(ctx, rendered)
+    else:
+        # a fleet: the required evidence first; the rest only for the signatures it leaves
+        # (a signature whose required evidence holds on no node has no finding to support)
+        _prefetch(ctx, rendered, ("required",))
+        _detect_all(ctx, rendered, ("required",))
+        live = [s for s in rendered if _candidates(ctx, s) != set()]
+        _prefetch(ctx, live)
+        _detect_all(ctx, live)
     deviations = _vitals(ctx)
     if ctx.location is None:
         findings = [f for s in rendered if (f := _evaluate(ctx, s, all_events)) is not None]
@@ -401,6 +458,8 @@ def diagnose(
         findings = [f for s in rendered for f in _evaluate_fleet(ctx, s, all_events)]
         findings += _peer_findings(ctx, findings)
     findings = _rank(findings)
+    if ctx.coarse:
+        findings = _zoom(ctx, findings, fine)
     if not any(f.confidence >= 0.5 for f in findings):
         findings += _fallback(deviations, ctx.location)
     shape = _shape(ctx, deviations, findings)
@@ -549,7 +608,7 @@ def _presence(
     return out
 
 
-def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[QueryResult | None]:
+def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[Any]:
     """``ask(expr)`` for each expression: ``ctx.workers`` at once on a remote backend, in
     turn on the embedded store. A failure is listed as unseen and answers None; after
     MAX_FAILURES in a row, or past the budget, the rest are not sent (counted as skipped)."""
@@ -567,7 +626,7 @@ def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[Quer
         except Exception as exc:  # listed as unseen by account(), never raised
             return exc
 
-    def account(expr: str, res: Any) -> QueryResult | None:
+    def account(expr: str, res: Any) -> Any:
         if res is skip:
             ctx.skipped += 1
             if ctx.dead is None:
@@ -578,13 +637,14 @@ def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[Quer
             ctx.outcome(expr, res, what)
             return None
         ctx.outcome(expr, None)
-        if res.warnings:
+        if isinstance(res, QueryResult) and res.warnings and what != "query":
+            # presence answers (instant); a range answer's warnings are listed by _grid
             ctx.unseen.append(Unseen(expr, "partial answer: " + "; ".join(res.warnings)[:300]))
-        return res  # type: ignore[no-any-return]
+        return res
 
     if isinstance(ctx.backend, Store) or ctx.workers <= 1 or len(exprs) <= 1:
         return [account(e, one(e)) for e in exprs]
-    out: dict[int, QueryResult | None] = {}
+    out: dict[int, Any] = {}
     with ThreadPoolExecutor(max_workers=ctx.workers) as pool:
         futures = {pool.submit(one, e): i for i, e in enumerate(exprs)}
         # accounted as they finish, so a dead backend stops the queries not yet started
@@ -599,20 +659,105 @@ def _localized(sig: Signature, location: str) -> Signature:
     return dataclasses.replace(sig, evidence=evidence)
 
 
+def _coarsened(sig: Signature, location: str) -> Signature:
+    """Every evidence item asked per node: its worst series (max, or min for a fall)."""
+
+    def one(e: Evidence) -> Evidence:
+        split = _threshold_split(e.expr)
+        if per_node(split[0] if split is not None else e.expr, location):
+            return e  # already one series a node at most: the same question, asked once
+        if split is not None:
+            agg = "min" if split[1] in ("<", "<=") else "max"
+            expr = f"{_per_node(agg, split[0], location)} {split[1]} {split[2]!r}"
+        else:
+            agg = "min" if e.deviation == "down" else "max"
+            expr = _per_node(agg, e.expr, location)
+        return dataclasses.replace(e, expr=expr)
+
+    return dataclasses.replace(sig, evidence=tuple(one(e) for e in sig.evidence))
+
+
+_OUTER = re.compile(r"^(max|min) by \(([^()]*)\) \((.*)\)$", re.S)
+
+
+def _per_node(agg: str, expr: str, location: str) -> str:
+    """``agg by (node) (expr)``; ``max by (gpu, node) (E)`` under max becomes ``max by (node)
+    (E)`` (the same answer, and the same query string as the vital that asks it)."""
+    m = _OUTER.match(expr.strip())
+    if m is not None and m.group(1) == agg and location in m.group(2):
+        inner = m.group(3)
+        try:
+            promql_parser.parse(inner)
+        except ValueError:
+            inner = ""
+        if inner:
+            return f"{agg} by ({location}) ({inner})"
+    return f"{agg} by ({location}) ({expr})"
+
+
+def _zoom(ctx: _Ctx, findings: list[Finding], fine: Mapping[str, Signature]) -> list[Finding]:
+    """The top node findings of a coarse diagnosis, asked again on their node only (one
+    query per required item, filtered on the server) to name the GPU, pid or cache."""
+    assert ctx.location is not None
+    loc = ctx.location
+    out: list[Finding] = []
+    zoomed = 0
+    for f in findings:
+        sig = fine.get(f.signature)
+        if f.scope != "node" or zoomed >= ZOOM or sig is None or not f.nodes:
+            out.append(f)
+            continue
+        zoomed += 1
+        node = f.nodes[0]
+        quoted = node.replace("\\", "\\\\").replace('"', '\\"')
+        only = f'label_replace(vector(1), "{loc}", "{quoted}", "", "")'
+        labels: list[Mapping[str, str]] = []
+        for ev in sorted(sig.of_role("required"), key=lambda e: e.deviation is not None):
+            if not _seen(ctx, ev.expr, node):
+                continue
+            series = ctx.fetch(f"({ev.expr}) and on ({loc}) {only}") or []
+            recent = ctx.times >= ctx.end - max(4 * ctx.step, 0.25 * (ctx.end - ctx.start))
+            live = [sr for sr in series if np.isfinite(sr.values[recent]).any()]
+            if ev.deviation is not None and live:
+                # the series that moved most over the window
+                live.sort(key=lambda sr: -_moved(sr.values))
+            labels += [sr.labels for sr in live[:1]]
+            if labels:
+                break
+        where = {loc: node, **{k: v for k, v in where_of(labels).items() if k != loc}}
+        out.append(
+            dataclasses.replace(
+                f,
+                title=f"{_fill(sig.title, where)} on {node}",
+                commands=[_fill(c, where) for c in sig.commands],
+                stop_loss=[_fill(c, where) for c in sig.stop_loss],
+                where=where,
+            )
+        )
+    return out
+
+
+def _moved(values: np.ndarray) -> float:
+    ok = values[np.isfinite(values)]
+    if ok.size < 2:
+        return 0.0
+    return float(abs(ok[-1] - ok[0]) / max(abs(ok[0]), 1e-9))
+
+
 def _vexpr(ctx: _Ctx, template: str) -> str:
     """A vital's expression for this diagnosis (per node over a fleet)."""
     expr = template.replace("${rate}", ctx.rate)
     return localize(expr, ctx.location) if ctx.location else expr
 
 
-def _prefetch(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
+def _prefetch(ctx: _Ctx, sigs: Sequence[Signature], roles: Sequence[str] = ROLES) -> None:
     """Every expression the diagnosis will read, asked at once (one query each)."""
     from ..tsdb import Store
 
     if isinstance(ctx.backend, Store) or ctx.workers <= 1:
         return  # the embedded store answers in-process: nothing to overlap
     exprs = [_vexpr(ctx, t) for _, _, t in VITALS] + [_vexpr(ctx, "min(up)")]
-    exprs += [e.expr for s in sigs for e in s.evidence]
+    exprs += [e.expr for s in sigs for e in s.evidence if e.role in roles]
     wanted: list[str] = []
     for e in dict.fromkeys(exprs):
         split = _threshold_split(e)
@@ -620,11 +765,11 @@ def _prefetch(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
         if base not in ctx.cache and base not in wanted and _seen(ctx, base):
             wanted.append(base)
 
-    def ask(expr: str) -> QueryResult:
-        return ctx.backend.query_range(to_dialect(expr, ctx.dialect), ctx.start, ctx.end, ctx.step)
+    def ask(expr: str) -> Any:
+        return _range(ctx, expr)
 
     for expr, res in zip(wanted, _run_many(ctx, wanted, ask, "query"), strict=True):
-        ctx.cache[expr] = None if res is None else _on_grid(res, ctx.times, ctx.step)
+        ctx.cache[expr] = None if res is None else _grid(ctx, expr, res)
 
 
 def _seen(ctx: _Ctx, expr: str, node: str | None = None) -> bool:
@@ -637,13 +782,18 @@ def _seen(ctx: _Ctx, expr: str, node: str | None = None) -> bool:
     return any(bool(ctx.present_on.get(n, set()) & {node, ""}) for n in names)
 
 
-def _detect_all(ctx: _Ctx, sigs: Sequence[Signature]) -> None:
-    """Fetch every expression the detector must judge and run it once over all their series."""
+def _detect_all(ctx: _Ctx, sigs: Sequence[Signature], roles: Sequence[str] = ROLES) -> None:
+    """Fetch every expression the detector must judge and run it once over all their series
+    (each series against its own baseline; one already judged is not judged again)."""
     exprs = [_vexpr(ctx, t) for _, _, t in VITALS]
-    exprs += [e.expr for s in sigs for e in s.evidence if e.deviation is not None]
+    exprs += [
+        e.expr for s in sigs for e in s.evidence if e.deviation is not None and e.role in roles
+    ]
     owners: list[tuple[str, int]] = []
     rows: list[np.ndarray] = []
     for expr in dict.fromkeys(exprs):
+        if expr in ctx.detected:
+            continue
         ctx.detected[expr] = []
         if not _seen(ctx, expr):
             continue
@@ -1055,9 +1205,10 @@ def _peer_findings(ctx: _Ctx, findings: Sequence[Finding]) -> list[Finding]:
             continue
         expr = _vexpr(ctx, template)
         values = _node_values(ctx, expr)
-        for node in sorted(values):
-            got = peer_outlier(values, node)
-            if got is None or node in named:
+        scores = peer_outliers(values)
+        for node in sorted(scores):
+            got = scores[node]
+            if node in named:
                 continue
             score, value, med = got
             if score < PEER_SCORE or value < PEER_RATIO * max(med, 0.0) or value <= 0:

@@ -23,6 +23,8 @@ __all__ = [
     "localize",
     "node_of",
     "peer_outlier",
+    "peer_outliers",
+    "per_node",
     "to_dialect",
     "where_of",
 ]
@@ -126,6 +128,33 @@ def to_dialect(expr: str, dialect: str) -> str:
     return expr
 
 
+def per_node(expr: str, label: str) -> bool:
+    """True when every series of ``expr``'s answer is at most one per ``label`` value: each
+    selector is under an aggregation ``by`` that label (and ``le``, which
+    ``histogram_quantile`` consumes). Asking such an expression per node changes nothing."""
+    try:
+        ast = promql_parser.parse(expr)
+    except ValueError:
+        return False
+    return _coarse(ast, {label, "le"})
+
+
+def _coarse(node: object, allowed: set[str]) -> bool:
+    p = promql_parser
+    if isinstance(node, p.AggregateExpr):
+        mod = node.modifier
+        if mod is not None and mod.type == p.AggModifierType.By:
+            return set(mod.labels) <= allowed
+        return mod is None  # sum(x): one series; without (...): what is left is unknown
+    if isinstance(node, p.BinaryExpr):
+        return _coarse(node.lhs, allowed) and _coarse(node.rhs, allowed)
+    if isinstance(node, p.Call):
+        return all(_coarse(a, allowed) for a in node.args)
+    if isinstance(node, p.ParenExpr | p.UnaryExpr):
+        return _coarse(node.expr, allowed)
+    return isinstance(node, p.NumberLiteral | p.StringLiteral)
+
+
 def node_of(labels: Mapping[str, str], label: str) -> str:
     """The node a series belongs to; "" for a series without the label (every node's)."""
     return labels.get(label, "")
@@ -148,13 +177,32 @@ def peer_outlier(values: Mapping[str, float], node: str) -> tuple[float, float, 
     at 5 % of the median so a flat fleet does not make noise infinite). None when
     fewer than two peers have a value.
     """
-    if node not in values:
-        return None
-    peers = np.array([v for k, v in values.items() if k != node and np.isfinite(v)])
-    if peers.size < 2:
-        return None
-    med = float(np.median(peers))
+    return peer_outliers(values).get(node)
+
+
+#: From this many nodes on, the peers of each node are taken as the whole fleet (one
+#: median for all, instead of one per node without it: the same to within 1/N).
+_SHARED_PEERS = 32
+
+
+def peer_outliers(values: Mapping[str, float]) -> dict[str, tuple[float, float, float]]:
+    """``peer_outlier`` for every node at once (one median for a large fleet)."""
+    finite = {k: float(v) for k, v in values.items() if np.isfinite(v)}
+    out: dict[str, tuple[float, float, float]] = {}
+    if len(finite) < 3:
+        return out
+    if len(finite) >= _SHARED_PEERS:
+        arr = np.fromiter(finite.values(), dtype=np.float64, count=len(finite))
+        med = float(np.median(arr))
+        scale = _scale(arr, med)
+        return {k: (abs(v - med) / scale, v, med) for k, v in finite.items()}
+    for node, value in finite.items():
+        peers = np.array([v for k, v in finite.items() if k != node])
+        med = float(np.median(peers))
+        out[node] = (abs(value - med) / _scale(peers, med), value, med)
+    return out
+
+
+def _scale(peers: np.ndarray, med: float) -> float:
     spread = float(np.median(np.abs(peers - med))) * 1.4826
-    scale = max(spread, 0.05 * abs(med), 1e-12)
-    value = float(values[node])
-    return abs(value - med) / scale, value, med
+    return max(spread, 0.05 * abs(med), 1e-12)

@@ -493,7 +493,8 @@ class Fleet:
         if self.config.alertmanager:
             argv.append(f"-notifier.url={self.alertmanager_url}")
         else:
-            argv.append("-notifier.blackhole")
+            # vmalert 1.79 (Debian 12) has no blackhole notifier: a port nobody listens on
+            argv.append(f"-notifier.url=http://127.0.0.1:{_free_port()}")
         self._spawn("vmalert", argv)
         self._wait("vmalert", f"{self.vmalert_url}/health", time.monotonic() + 60)
 

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import httpx
+import numpy as np
 
 from ..errors import BackendError, BackendTimeout, ConfigError, QueryError
 from ._types import InstantSample, QueryResult, RangeSeries
@@ -63,6 +64,26 @@ class PrometheusBackend:
     def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult:
         params = {"query": expr, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)}
         return _result(*self._get("/api/v1/query_range", params, expr))
+
+    def query_range_arrays(
+        self, expr: str, start: float, end: float, step: float
+    ) -> tuple[list[tuple[dict[str, str], np.ndarray, np.ndarray]], tuple[str, ...]]:
+        """``query_range`` as ``(labels, times, values)`` numpy arrays per series, and the
+        answer's warnings: no Python tuple per point (a fleet's answers hold millions)."""
+        params = {"query": expr, "start": _fmt(start), "end": _fmt(end), "step": _fmt(step)}
+        data, warnings = self._get("/api/v1/query_range", params, expr)
+        if data.get("resultType") != "matrix":
+            raise BackendError(f"expected a matrix, got {data.get('resultType')!r}")
+        out = []
+        try:
+            for r in data.get("result") or []:
+                pts = r["values"]
+                times = np.fromiter((p[0] for p in pts), dtype=np.float64, count=len(pts))
+                values = np.array([p[1] for p in pts], dtype=np.float64)
+                out.append((dict(r["metric"]), times, values))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise BackendError(f"malformed matrix result: {exc}") from exc
+        return out, warnings
 
     def _get(
         self, path: str, params: dict[str, str], expr: str
