@@ -86,6 +86,23 @@ def test_a_lone_spike_is_not_a_change_but_a_burst_is() -> None:
     assert res.changes[0].beyond == pytest.approx(0.2, abs=0.03)
 
 
+def test_a_shift_that_holds_outranks_a_louder_one_that_flickers() -> None:
+    rng = np.random.default_rng(15)
+    store = Store(retention=1e7)
+    t = _times()
+    held = _gauge(rng, 0.2, 0.1)
+    held[t >= INC[0]] += 30 * 0.02  # +30 sigma, the whole incident
+    flicker = _gauge(rng, 0.2, 0.1)
+    flick = (t >= INC[0]) & (rng.random(len(t)) < 0.35)
+    flicker[flick] += 1000 * 0.02  # +1000 sigma, a third of the points
+    _fill(store, "api_latency_seconds", {"route": "held"}, held)
+    _fill(store, "api_latency_seconds", {"route": "flicker"}, flicker)
+    res = _rank(store)
+    assert [c.labels["route"] for c in res.changes] == ["held", "flicker"]
+    assert res.changes[0].beyond > 0.95 and 0.2 < res.changes[1].beyond < 0.5
+    assert res.changes[1].score > 1.0  # still a change worth reading
+
+
 def test_a_3x_latency_shift_in_one_of_50_noisy_series_ranks_first() -> None:
     rng = np.random.default_rng(1)
     store = Store(retention=1e7)

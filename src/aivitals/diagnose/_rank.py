@@ -9,9 +9,10 @@ statistics, so neither noise nor units decide the order.
 Scoring, per series (``b`` the baseline points, ``x`` the incident points)::
 
     scale = max(1.4826 * MAD(b), relative_floor * |median(b)|, unit floor)
-    z     = (x - median(b)) / scale          clipped to +-1000
-    score = mean over the incident of z where |z| > band, 0 elsewhere (dominant side),
-            after the most extreme 5 % on each side (one point at least) is pulled in
+    z      = (x - median(b)) / scale          clipped to +-1000
+    excess = band * (1 + ln(|z| / band)) where |z| > band, else 0
+    score  = mean excess over the incident (dominant side), after the most
+             extreme 5 % on each side (one point at least) is pulled in
 
 so a shift counts by its size *and* by how much of the incident it lasts
 (``beyond``, the share of incident points outside the band). The unit floor
@@ -110,8 +111,9 @@ class Change:
     histogram's requests per second), ``p50``/``p99`` (a histogram's quantiles).
     ``kind`` is ``gauge``, ``counter``, ``counter (inferred)`` (no type known,
     monotone data) or ``histogram``. ``layer`` comes from the signal catalogue
-    (None when unknown). ``score`` is the mean excess beyond the band in robust
-    sigmas (see the module doc); ``shift`` the incident median's distance from
+    (None when unknown). ``score`` is the mean excess beyond the band, in robust
+    sigmas compressed logarithmically past it (see the module doc: ~10 for a
+    30-sigma shift that holds, about 20 at most); ``shift`` the incident median's distance from
     the baseline median in the same sigmas; ``beyond`` the share of incident
     points outside the band on the ``direction`` side; ``scale`` the sigma used,
     in the series' own unit; ``siblings`` how many other series of the same
@@ -342,7 +344,10 @@ def _score(
         ordered = np.sort(z)
         z = np.clip(z, ordered[k], ordered[n - 1 - k])
     up, down = z > band, z < -band
-    mass_up, mass_down = float(z[up].sum()) / n, float(np.abs(z[down]).sum()) / n
+    # Past the band a point counts logarithmically: on quantized or flat baselines z runs
+    # into the hundreds, and a shift that holds should outrank a louder one that flickers.
+    excess = band * (1.0 + np.log(np.maximum(np.abs(z), band) / band))
+    mass_up, mass_down = float(excess[up].sum()) / n, float(excess[down].sum()) / n
     if mass_up > mass_down or (mass_up == mass_down and shift >= 0):
         return _Score(med_b, med_i, scale, mass_up, shift, "up", float(up.mean()))
     return _Score(med_b, med_i, scale, mass_down, shift, "down", float(down.mean()))
