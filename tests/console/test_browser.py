@@ -10,6 +10,7 @@ Markup in label values and alert annotations shows as text. Screenshots go to
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -118,7 +119,6 @@ def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> 
         "the label value shown as text",
     )
     assert browser.execute_script("return window.__pwned") is None, legend
-    _shot(browser, "overview", 2300)
     for page in PAGES[1:]:
         _open(browser, url, page)
         testid = {"alerts": "alerts-active", "diagnosis": "diagnosis", "fleet": "fleet"}.get(
@@ -186,7 +186,7 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
         wait_until(lambda: _points(browser).get("gpu_process_memory", 0) > 0, 30, "overview")
         browser.find_element("id", "range").send_keys("5 min")
         time.sleep(2.5)
-        _shot(browser, "overview-leak", 2300)
+        _shot(browser, "overview", 2200)
         for page in ("fleet", "report"):
             _open(browser, stack.agent.url, page)
             time.sleep(3)
@@ -227,3 +227,107 @@ def test_markup_in_alerts_shows_as_text(browser: Any) -> None:
             "not collected on an agent without those series",
         )
     assert problems(browser) == []
+
+
+class _SlowPrometheus:
+    """A Prometheus stand-in: range queries take ``delay`` s and find nothing; alerts fail."""
+
+    def __init__(self, delay: float) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+        self.delay = delay
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.ranges = 0
+        self.lock = threading.Lock()
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                if path == "/api/v1/query_range":
+                    with outer.lock:
+                        outer.in_flight += 1
+                        outer.ranges += 1
+                        outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                    time.sleep(outer.delay)
+                    with outer.lock:
+                        outer.in_flight -= 1
+                    body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+                    code = 200
+                elif path == "/api/v1/query":
+                    body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+                    code = 200
+                else:
+                    body = b'{"status":"error","errorType":"unavailable","error":"overloaded"}'
+                    code = 503
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+NON_OVERLAP = """
+const out = {};
+for (const e of performance.getEntriesByType("resource")) {
+  if (!e.name.includes("/console/api/range")) continue;
+  const u = new URL(e.name);
+  const key = u.searchParams.getAll("q").join("\\n");
+  (out[key] = out[key] || []).push([e.startTime, e.responseEnd]);
+}
+return out;
+"""
+
+
+def test_slow_and_failing_backend_is_said_and_never_piled_up(browser: Any) -> None:
+    from aivitals.console import ConsoleServer, RemoteSource
+
+    slow = _SlowPrometheus(delay=1.5)
+    try:
+        source = RemoteSource(slow.url, kind="prometheus", tick=1.0, timeout=5.0)
+        with ConsoleServer(source) as server:
+            browser.get(server.url + "#/overview")
+            conn = wait_until(
+                lambda: "backend problem" in (t := browser.find_element("id", "conn").text) and t,
+                20,
+                "the status bar saying the backend has a problem",
+            )
+            assert "retrying" in conn
+            wait_until(
+                lambda: (
+                    len(browser.find_elements("css selector", '[data-testid="not-collected"]')) >= 5
+                ),
+                30,
+                "panels saying not collected",
+            )
+            time.sleep(6)  # ticks of 1 s against answers of 1.5 s or more per expression
+            per_panel = browser.execute_script(NON_OVERLAP)
+            assert len(per_panel) >= 10
+            for key, spans in per_panel.items():
+                spans.sort()
+                for (_, end), (start, _) in itertools.pairwise(spans):
+                    assert start >= end - 1, f"two requests in flight for one panel: {key}"
+            browser.get(server.url + "#/alerts")
+            banner = wait_until(
+                lambda: browser.find_elements("css selector", ".banner"), 20, "alerts banner"
+            )[0].text
+            assert "Alerts unavailable" in banner and "Retrying in" in banner
+            browser.get("about:blank")
+    finally:
+        slow.close()
+    # one in flight per panel: the backend never saw more than the panels at once
+    assert slow.max_in_flight <= 20, slow.max_in_flight
+    browser.get_log("browser")  # the 502s of this test are expected: not the next test's

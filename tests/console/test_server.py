@@ -362,6 +362,21 @@ def test_console_server_over_a_remote_agent(agent: Any) -> None:
         assert status == 404
 
 
+def test_remote_prometheus_source_computes_the_diagnosis_here(agent: Any) -> None:
+    # the agent speaks the Prometheus API; as kind="prometheus" nothing agent-only is used
+    source = RemoteSource(agent.url, kind="prometheus", tick=1.0)
+    try:
+        d = source.diagnosis(None, None)
+        assert d["end"] - d["start"] == pytest.approx(900.0)
+        assert "findings" in d and d["shape"]
+        # no /api/v1/rules on an agent: the shipped pack's thresholds
+        assert source.rules()["QueueBacklog"]["value"] == 20
+        with pytest.raises(ConfigError, match="end must be after start"):
+            source.diagnosis(10.0, 5.0)
+    finally:
+        source.close()
+
+
 def test_console_server_when_the_backend_is_down() -> None:
     import socket
 

@@ -52,15 +52,18 @@ function showConn(c) {
 async function loadMeta() {
   // The status bar's own poller: backend, GPU kind, firing count.
   const poll = new Poller(async (signal) => {
+    let alErr = null;
     const [meta, al] = await Promise.all([
       getJSON("/console/api/meta", [], signal),
-      getJSON("/console/api/alerts", [], signal).catch(() => null),
+      getJSON("/console/api/alerts", [], signal).catch((e) => { alErr = e; return null; }),
     ]);
-    return { meta, al };
+    return { meta, al, alErr };
   }, {
     interval: () => Math.max(5000, tick()),
-    onData: ({ meta, al }) => {
+    onData: ({ meta, al, alErr }) => {
       const first = !state.meta;
+      // the console answered but the backend behind it did not: say so
+      if (alErr && (alErr.status === 0 || alErr.status >= 500)) conn.report(false, `alerts: ${alErr.message}`);
       state.meta = meta;
       document.getElementById("backend").textContent = `${meta.backend.kind}: ${meta.backend.url} · refresh every ${meta.tick} s`;
       const gpu = document.getElementById("gpu-kind");

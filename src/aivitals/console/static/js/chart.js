@@ -2,7 +2,7 @@
 // threshold lines from the rule pack, event markers, and "not collected" when the
 // backend has none of its series. Selecting a range on the chart calls onSelect.
 
-import { el, clear, fmtValue, seriesName } from "./dom.js";
+import { el, clear, fmtAxis, fmtValue, seriesName } from "./dom.js";
 
 const uPlot = window.uPlot;
 const PALETTE = ["#4fa3ff", "#3fbf7f", "#e8b339", "#ef5b5b", "#c98bff", "#3fd0d0", "#ff8c42", "#9ccc65",
@@ -70,7 +70,7 @@ export class Panel {
       const q = this.spec.queries[qi] || {};
       for (const s of res.series) {
         if (s.metric && s.metric.backend === "sim") sim = true;
-        const name = [q.name, seriesName(s.metric)].filter(Boolean).join(" ") || (q.name === "" ? "none" : q.expr);
+        const name = [q.name, seriesName(s.metric)].filter(Boolean).join(" ") || (q.name === "" ? "none" : this.spec.title);
         const color = PALETTE[(series.length - 1) % PALETTE.length];
         series.push({ label: name + (s.metric && s.metric.backend === "sim" ? " (sim)" : ""), stroke: color, width: 1.5,
           value: (u, v) => fmtValue(v, this.spec.unit), spanGaps: false, points: { show: false } });
@@ -118,7 +118,8 @@ export class Panel {
       select: { show: true },
       scales: { x: { time: true }, y: { range: (u, min, max) => yRange(min, max, unit) } },
       axes: [
-        { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" } },
+        { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" },
+          values: (u, splits) => splits.map((v) => fmtAxis(v, u.scales.x.max - u.scales.x.min)) },
         { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" }, size: 72,
           values: (u, splits) => splits.map((v) => fmtValue(v, unit)) },
       ],
@@ -162,11 +163,14 @@ export class Panel {
       const near = seen.find((g) => Math.abs(g.x - x) < 14 * devicePixelRatio && g.color === ctx.strokeStyle);
       if (near) near.text += `,${m.text}`; else seen.push({ x, text: String(m.text), color: ctx.strokeStyle });
     }
-    seen.forEach((g, i) => {
+    let row = 0;
+    for (const g of seen) {
       ctx.fillStyle = g.color;
+      // the first deviation is written at the foot of its line, the numbered moments at the top
+      const y = g.text.startsWith("first") ? top + height - 4 : top + 12 * devicePixelRatio * (1 + (row++ % 2));
       // Canvas text: a label value can never become markup here.
-      ctx.fillText(g.text.slice(0, 48), g.x + 3, top + 12 * devicePixelRatio * (1 + (i % 2)));
-    });
+      ctx.fillText(g.text.slice(0, 48), g.x + 3, y);
+    }
     ctx.restore();
   }
 }

@@ -46,6 +46,16 @@ export function tzLabel(at = new Date()) {
 }
 const timeFmt = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
 const dateTimeFmt = new Intl.DateTimeFormat(undefined, { month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false, timeZoneName: "short" });
+const axisFmt = {
+  sec: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }),
+  min: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hour12: false }),
+  day: new Intl.DateTimeFormat(undefined, { month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit", hour12: false }),
+};
+/** An x-axis tick, in the page's timezone (the status bar names it), as precise as the span needs. */
+export function fmtAxis(sec, span) {
+  const f = span <= 900 ? axisFmt.sec : span <= 86400 ? axisFmt.min : axisFmt.day;
+  return f.format(new Date(sec * 1000));
+}
 export function fmtTime(sec) { return sec == null ? "-" : timeFmt.format(new Date(sec * 1000)); }
 export function fmtDateTime(sec) { return sec == null ? "-" : dateTimeFmt.format(new Date(sec * 1000)); }
 export function fmtAgo(sec) {

@@ -1,7 +1,7 @@
 // Chart panels over a live window: each panel polls on its own (one request in
 // flight per panel), asking the server for about as many points as it has pixels.
 
-import { getJSON, Poller } from "./api.js";
+import { conn, getJSON, Poller } from "./api.js";
 import { Panel } from "./chart.js";
 
 /** Mount panels for `specs` into `grid`; returns {stop, refresh}. window() gives [start, end]. */
@@ -19,7 +19,13 @@ export function livePanels(grid, specs, ctx, { window, markers, live = true } = 
       return getJSON("/console/api/range", params, signal);
     }, {
       interval: live ? ctx.tick : () => 3600000,
-      onData: (data) => { panel.update(data); if (markers) panel.setMarkers(markers()); },
+      onData: (data) => {
+        panel.update(data);
+        if (markers) panel.setMarkers(markers());
+        // a query the backend could not answer (down, timed out) is a backend problem
+        const down = data.results.find((r) => r.error && /^Backend/.test(r.error));
+        if (down) conn.report(false, down.error);
+      },
       onError: (e, wait) => panel.setError(e.message, live ? wait : 0),
     });
     return { panel, poller };
