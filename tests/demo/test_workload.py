@@ -210,3 +210,26 @@ def test_a_bounded_run_scales_the_part_of_the_trace_it_replays() -> None:
     assert len(sent) == pytest.approx(60, abs=1)  # rate x duration
     unbounded = plan_workload(trace, **common)
     assert unbounded.time_scale == pytest.approx(trace_rate(trace) / 2.0)
+
+
+def test_the_plan_says_when_completions_are_too_slow_for_the_domain_bounds() -> None:
+    from dataclasses import replace
+
+    from aivitals.demo._workload import Capacity
+
+    wl = plan_workload(
+        _trace(),
+        url="http://127.0.0.1:1",
+        workers=2,
+        rate=1.0,
+        utilization=0.5,
+        hit_ratio=0.4,
+        cache_ttl=300.0,
+        embeddings_rate=1.0,
+        probe_seconds=1.0,
+        draws=10,
+    )
+    fast = replace(wl, capacity=Capacity(4.0, 2, 5.0, 20, 400.0, 0))
+    slow = replace(wl, capacity=Capacity(1.2, 2, 5.0, 6, 1600.0, 0))
+    assert "QueueWaitHigh" not in fast.why()
+    assert "a completion takes 1.6 s here" in slow.why() and "QueueWaitHigh" in slow.why()

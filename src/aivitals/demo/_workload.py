@@ -53,6 +53,8 @@ __all__ = [
     "zipf_weights",
 ]
 
+#: A probe P50 above this (ms) means completions too slow for DOMAIN's absolute bounds.
+SLOW_COMPLETION_MS = 700.0
 #: The most distinct pool entries (only the entries drawn are ever built).
 _MAX_POOL = 20_000_000
 
@@ -171,6 +173,14 @@ class Workload:
                 f"capacity probe: {cap.rps:.2f} completions/s with {cap.concurrency} in flight "
                 f"over {cap.seconds:g} s (P50 {cap.p50_ms:,.0f} ms); replaying at "
                 f"{self.utilization:.0%} of it: {self.target_rps:.2f}/s"
+            )
+        if cap is not None and cap.p50_ms > SLOW_COMPLETION_MS:
+            # DOMAIN's absolute bounds (1 s P99 queue wait, 2 x SLA inference P99) assume
+            # answers well under a second; say so when this machine cannot give them
+            head += (
+                f" [a completion takes {cap.p50_ms / 1000:.1f} s here (the machine is slow or "
+                "busy): waits behind it pass 1 s and QueueWaitHigh / InferenceLatencyHigh "
+                "may fire on this load]"
             )
         return (
             f"{head}; the trace's {self.trace_rps:.2f}/s with its gaps x{self.time_scale:.2f}; "
