@@ -331,3 +331,31 @@ def test_slow_and_failing_backend_is_said_and_never_piled_up(browser: Any) -> No
     # one in flight per panel: the backend never saw more than the panels at once
     assert slow.max_in_flight <= 20, slow.max_in_flight
     browser.get_log("browser")  # the 502s of this test are expected: not the next test's
+
+
+def test_agent_gone_is_said_and_retried_with_backoff(browser: Any) -> None:
+    from aivitals.agent import Agent, AgentConfig
+
+    agent = Agent(AgentConfig(listen="127.0.0.1:0", interval=1.0, gpu="none"))
+    agent.start()
+    try:
+        _open(browser, agent.url, "overview")
+    finally:
+        agent.stop()
+    conn = wait_until(
+        lambda: "unreachable" in (t := browser.find_element("id", "conn").text) and t,
+        20,
+        "the status bar saying the console's server is unreachable",
+    )
+    assert "retrying" in conn
+    # backoff: after the failures, far fewer tries than one per panel per second
+    count = "return performance.getEntriesByType('resource').length"
+    before = browser.execute_script(count)
+    time.sleep(6)
+    tries = browser.execute_script(count) - before
+    panels = len(browser.find_elements("css selector", ".panel"))
+    assert tries < panels * 6 / 2, (tries, panels)
+    msg = browser.find_element("css selector", ".panel .msg.err").text
+    assert "unreachable" in msg and "retrying in" in msg
+    browser.get("about:blank")
+    browser.get_log("browser")  # the refused connections were expected here

@@ -398,6 +398,24 @@ def test_console_server_when_the_backend_is_down() -> None:
         assert meta.status_code == 200 and meta.json()["data"]["gpu_backends"] == []
 
 
+def test_a_stopped_agent_stops_answering_on_kept_alive_connections() -> None:
+    a = Agent(AgentConfig(listen="127.0.0.1:0", interval=0.2, gpu="none"))
+    a.start()
+    host, port = a.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/")
+        first = conn.getresponse()
+        assert first.status == 200 and first.read()
+        a.stop()
+        conn.request("GET", "/api/v1/query?query=1")
+        second = conn.getresponse()
+        assert second.status == 503 and b"stopped" in second.read()
+    finally:
+        conn.close()
+        a.stop()
+
+
 def test_json_never_carries_nan() -> None:
     src = _source(Store())
     src.diagnosis = lambda s, e: {"x": math.nan, "findings": [{"confidence": math.inf}]}

@@ -148,6 +148,17 @@ class _Handler(BaseHTTPRequestHandler):
                 params.setdefault(k, []).extend(v)
         return params
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        listening = getattr(self.server, "socket", None)
+        if ok and listening is not None and listening.fileno() < 0:
+            # The agent stopped (its listening socket is closed) but this connection was
+            # kept alive: answer 503 and close it, instead of serving on as if running.
+            self.close_connection = True
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", "the agent has stopped")
+            return False
+        return ok
+
     # --- verbs ---------------------------------------------------------------------
     def do_GET(self) -> None:
         self._dispatch()
