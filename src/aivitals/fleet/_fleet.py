@@ -82,11 +82,13 @@ class FleetConfig:
     workdir: Path | None = None
     state: Path | None = None
     ready_timeout: float = 240.0
-    #: Light replicas: one worker thread and a one-layer random-weight LM (the CPU here is
-    #: shared by every node); the embedding model is the packaged MiniLM as in the demo.
+    #: Light replicas: a one-layer random-weight LM (the CPU here is shared by every node);
+    #: the embedding model is the packaged MiniLM as in the demo. Two workers, as the demo:
+    #: with one, an instant occupancy gauge reads "all busy" whenever a scrape lands on a
+    #: request, and a loaded machine makes that most scrapes (worker_pool_saturated).
     service_env: dict[str, str] = field(
         default_factory=lambda: {
-            "AIVITALS_DEMO_WORKERS": "1",
+            "AIVITALS_DEMO_WORKERS": "2",
             "AIVITALS_DEMO_LM_LAYERS": "1",
             "AIVITALS_DEMO_LM_WIDTH": "64",
             "AIVITALS_DEMO_LM_HEADS": "2",
