@@ -310,6 +310,7 @@ def test_bad_windows_are_refused(
         ({"step": 0}, "step"),
         ({"step": 400.0}, "fewer than 3 points"),
         ({"limit": 0}, "limit"),
+        ({"workers": 0}, "workers"),
         ({"band": -1}, "band"),
         ({"relative_floor": math.inf}, "relative_floor"),
         ({"quantiles": (1.5,)}, "quantiles"),
@@ -368,7 +369,8 @@ def test_nan_and_inf_samples_are_dropped_not_scored() -> None:
     assert top.incident_median == pytest.approx(0.6, rel=0.05)
 
 
-def test_a_family_whose_query_fails_is_skipped_and_reported() -> None:
+@pytest.mark.parametrize("workers", [1, 4])
+def test_a_family_whose_query_fails_is_skipped_and_reported(workers: int) -> None:
     store = _noise_store(10)
     rng = np.random.default_rng(10)
     _fill(store, "pool_in_use", {}, _gauge(rng, 40.0, 0.05, factor=2.0))
@@ -385,8 +387,9 @@ def test_a_family_whose_query_fails_is_skipped_and_reported() -> None:
                 raise BackendError("prom:9090: HTTP 503 unavailable")
             return store.query_range(expr, start, end, step)
 
-    res = _rank(Flaky())
+    res = _rank(Flaky(), workers=workers)
     assert [c.metric for c in res.changes] == ["pool_in_use"]
+    assert res.queries == res.families == 4
     assert [(u.what, u.why) for u in res.unseen] == [
         ("queue_depth", "BackendError: prom:9090: HTTP 503 unavailable")
     ]
@@ -514,7 +517,7 @@ def test_a_real_prometheus_gives_the_same_ranking_as_the_embedded_store(tmp_path
     assert made.returncode == 0, made.stderr
     embedded = _rank(store)
     with prometheus(data_dir=blocks) as prom, PrometheusBackend(prom.url) as backend:
-        remote = _rank(backend)
+        remote = _rank(backend, workers=4)
         sent = backend.queries
 
     def key(r: ChangeRanking) -> list[tuple[str, str, str]]:
