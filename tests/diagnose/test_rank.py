@@ -119,6 +119,10 @@ def test_a_3x_latency_shift_in_one_of_50_noisy_series_ranks_first() -> None:
     assert top.beyond > 0.9 and top.siblings == 0
     assert top.incident_median == pytest.approx(0.6, rel=0.05)
     assert len(res.changes) == 1
+    # A selector with matchers narrows the family's one query.
+    calm = _rank(store, selector='api_latency_seconds{route=~"r.*"}', min_score=0.0, limit=100)
+    assert calm.series == 50 and calm.queries == 1
+    assert all(c.labels["route"] != "shifted" and c.score < 1.0 for c in calm.changes)
 
 
 def test_a_counter_whose_rate_doubles_outranks_a_gauge_wiggling_within_noise() -> None:
