@@ -300,3 +300,47 @@ def test_a_large_fleet_is_asked_per_node_and_the_top_finding_zooms_in(
         assert top.where["gpu"] == "3"
         assert top.where["pid"] == "1003"
     assert coarse.nodes == fine.nodes
+
+
+def test_the_cli_names_where_from_a_fleet_snapshot_and_never_splits_with_by_none(
+    shapes: RecordedShapes, tmp_path: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    sf = _fleet(shapes, "gpu_memory_leak", nodes=4)
+    snap = tmp_path / "fleet.aivsnap"
+    sf.to_store().save(str(snap), start=float(sf.times[0]), end=sf.end)
+    args = ["diagnose", "--snapshot", str(snap), "--window", "30m", "--step", "15s"]
+    by_node = CliRunner().invoke(cli, [*args, "--format", "json"])
+    assert by_node.exit_code == 0, by_node.output
+    d = json.loads(by_node.output)
+    assert d["location"] == "node" and d["findings"][0]["where"]["node"] == "sim-node-2"
+    assert d["nodes"]["sim-node-1"] == "healthy" and d["queries"] > 0
+    flat = CliRunner().invoke(cli, [*args, "--by", "none", "--format", "json"])
+    assert flat.exit_code == 0, flat.output
+    d = json.loads(flat.output)
+    assert d["location"] is None and d["nodes"] == {}
+    assert d["findings"][0]["scope"] == "local"
+    text = CliRunner().invoke(cli, args)
+    assert "where: node=sim-node-2" in text.output and "Nodes" in text.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prometheus", "http://a:1", "--victoriametrics", "http://b:2"], "choose one of"),
+        (["--prometheus", "http://a:1", "--budget", "0"], "must be positive"),
+    ],
+)
+def test_the_cli_refuses_bad_sources_and_budgets(extra: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    res = CliRunner().invoke(cli, ["diagnose", *extra])
+    assert res.exit_code == 1
+    assert message in str(res.exception)
