@@ -73,7 +73,9 @@ export class Panel {
         const name = [q.name, seriesName(s.metric)].filter(Boolean).join(" ") || (q.name === "" ? "none" : this.spec.title);
         const color = PALETTE[(series.length - 1) % PALETTE.length];
         series.push({ label: name + (s.metric && s.metric.backend === "sim" ? " (sim)" : ""), stroke: color, width: 1.5,
-          value: (u, v) => fmtValue(v, this.spec.unit), spanGaps: false, points: { show: false } });
+          value: (u, v) => fmtValue(v, this.spec.unit), spanGaps: false,
+          // a sparse series (a long range over a young backend) shows its points, not nothing
+          points: { show: (u, si) => u.data[si].reduce((n, v) => n + (v == null ? 0 : 1), 0) < 30, size: 4 } });
         cols.push(s.values);
       }
     });
@@ -118,7 +120,7 @@ export class Panel {
       select: { show: true },
       scales: { x: { time: true }, y: { range: (u, min, max) => yRange(min, max, unit) } },
       axes: [
-        { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" },
+        { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" }, space: 70,
           values: (u, splits) => splits.map((v) => fmtAxis(v, u.scales.x.max - u.scales.x.min)) },
         { stroke: "#8b98a8", grid: { stroke: "#222c38", width: 1 }, ticks: { stroke: "#263140" }, size: 72,
           values: (u, splits) => splits.map((v) => fmtValue(v, unit)) },

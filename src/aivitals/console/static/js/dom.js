@@ -53,7 +53,7 @@ const axisFmt = {
 };
 /** An x-axis tick, in the page's timezone (the status bar names it), as precise as the span needs. */
 export function fmtAxis(sec, span) {
-  const f = span <= 900 ? axisFmt.sec : span <= 86400 ? axisFmt.min : axisFmt.day;
+  const f = span <= 900 ? axisFmt.sec : span <= 1.1 * 86400 ? axisFmt.min : axisFmt.day;
   return f.format(new Date(sec * 1000));
 }
 export function fmtTime(sec) { return sec == null ? "-" : timeFmt.format(new Date(sec * 1000)); }

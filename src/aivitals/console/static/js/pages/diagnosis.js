@@ -67,7 +67,10 @@ export function mount(main, ctx) {
   const head = el("div");
   const body = el("div", { "data-testid": "diagnosis" }, el("p", { class: "hint" }, windowed ? "diagnosing the window…" : "loading the latest diagnosis…"));
   const grid = el("div", { class: "grid" });
-  main.append(head, body, el("div", { class: "section" }, "The series involved, with the timeline"), grid);
+  // the top finding, then the charts of its series (with its timeline), then the other hypotheses
+  const section = el("div", { class: "section", hidden: true }, "The top finding's series, with its numbered timeline");
+  const rest = el("div");
+  main.append(head, body, section, grid, rest);
   head.append(el("h2", {}, windowed ? `Diagnosis of ${fmtDateTime(start)} – ${fmtDateTime(end)}` : "Latest diagnosis"),
     windowed ? el("p", { class: "hint" }, el("a", { href: "#/diagnosis" }, "back to the latest diagnosis")) :
       el("p", { class: "hint" }, "Drag across a chart (here or on the overview) to diagnose just that window."));
@@ -88,7 +91,10 @@ export function mount(main, ctx) {
       fill(body,
         el("div", { class: "verdict" }, shape,
           el("span", { class: "hint" }, `window ${fmtDateTime(d.start)} – ${fmtDateTime(d.end)} · step ${d.step} s · computed in ${(d.elapsed_s * 1000).toFixed(0)} ms`)),
-        d.findings.length ? d.findings.slice(0, 5).map(finding) : el("p", {}, "No finding: nothing left its baseline in this window."),
+        d.findings.length ? finding(d.findings[0], 0) : el("p", {}, "No finding: nothing left its baseline in this window."));
+      fill(rest,
+        d.findings.length > 1 ? el("div", { class: "section" }, "Other hypotheses") : null,
+        d.findings.slice(1, 5).map((f, i) => finding(f, i + 1)),
         d.unseen && d.unseen.length ? el("details", {}, el("summary", { class: "hint" }, `${d.unseen.length} things could not be seen (not collected)`),
           el("ul", {}, d.unseen.map((u) => el("li", {}, `${u.what}: ${u.why}`)))) : null);
       const specs = chartsFor(d);
@@ -98,12 +104,14 @@ export function mount(main, ctx) {
         for (const it of charts ? charts.items : []) it.panel.destroy();
         clear(grid);
         chartKey = key;
+        section.hidden = !specs.length;
         charts = specs.length ? livePanels(grid, specs, ctx, { window: () => [diag.start, diag.end], markers, live: !windowed }) : null;
       } else if (charts) {
         for (const it of charts.items) it.panel.setMarkers(markers());
       }
     },
     onError: (e, wait) => {
+      fill(rest);
       fill(body, el("div", { class: "banner" }, `Diagnosis unavailable: ${e.message}.` + (windowed ? "" : ` Retrying in ${Math.round(wait / 1000)} s.`)));
     },
   });
