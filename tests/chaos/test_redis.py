@@ -8,7 +8,7 @@ import pytest
 
 from aivitals.chaos import FaultContext, Replacement, RunDir, cleanup
 from aivitals.chaos._journal import replay
-from aivitals.chaos._procs import kill_tree
+from aivitals.chaos._procs import kill_tree, start_time
 from aivitals.chaos._redis import redis_command
 from aivitals.errors import FaultRefused
 from tests._servers import redis_server
@@ -207,3 +207,60 @@ def test_cache_stampede_can_expire_every_key_together(runner_factory, chaos_root
             assert redis_command(redis.port, "EXISTS", *keys) == b":0\r\n"
             run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+def _dead_owner(root: Path) -> RunDir:
+    """A ledger whose owner process has exited (a stack that was SIGKILLed)."""
+    import json
+    import subprocess
+
+    owner = RunDir.create(root, kind="stack")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (owner.path / "owner.json").write_text(json.dumps({"pid": gone.pid, "start": 1.0}))
+    return owner
+
+
+def test_cleanup_restarts_nothing_for_an_owner_that_is_gone(chaos_root: Path) -> None:
+    owner = _dead_owner(chaos_root)
+    run = _dead_owner(chaos_root)  # the crashed runner's own run dir
+    port = _free_port()
+    argv = ["redis-server", "--port", str(port)]
+    run.journal.record("restart", role="redis-server", argv=argv, cwd="/", port=port,
+                       owned_by=str(owner.path))  # fmt: skip
+    report = cleanup(chaos_root)
+    assert sorted(report.cleaned) == sorted([owner.run_id, run.run_id])
+    assert report.replaced == [] and report.errors == []
+    assert _listening_pids(port) == []
+
+
+def test_cleanup_finishes_a_hand_over_cut_short(chaos_root: Path) -> None:
+    import subprocess
+
+    live = RunDir.create(chaos_root, kind="stack")  # owned by this (live) process
+    dead = _dead_owner(chaos_root)
+    run = _dead_owner(chaos_root)
+    kept = subprocess.Popen(["sleep", "60"])
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        for proc, owner in ((kept, live), (stopped, dead)):
+            run.journal.record("replacement", pid=proc.pid, start=start_time(proc.pid),
+                               owned_by=str(owner.path), role="redis-server", port=1)  # fmt: skip
+        report = cleanup(chaos_root)
+        assert report.errors == [] and live.run_id in report.skipped
+        # the live owner got its process in its ledger; the dead one's was stopped
+        [entry] = live.journal.pending()
+        assert (entry["kind"], entry["pid"]) == ("process", kept.pid)
+        assert kept.poll() is None
+        assert stopped.wait(5) is not None
+    finally:
+        for p in (kept, stopped):
+            p.kill()
+            p.wait()
+        live.remove()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
