@@ -187,6 +187,34 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
         browser.find_element("id", "range").send_keys("5 min")
         time.sleep(2.5)
         _shot(browser, "overview", 2200)
+        # "diagnose this window": drag across a chart; a read-only GET of that window
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        over = browser.find_element(
+            "css selector", '[data-testid="panel-gpu_process_memory"] .u-over'
+        )
+        width = over.size["width"]
+        ActionChains(browser).move_to_element_with_offset(
+            over, width // 2 - 10, 0
+        ).click_and_hold().move_by_offset(-width // 3, 0).release().perform()
+        wait_until(lambda: "#/diagnosis?start=" in browser.current_url, 10, "the drag's window")
+        heading = wait_until(
+            lambda: (
+                (h := browser.find_element("css selector", "main h2").text).startswith(
+                    "Diagnosis of"
+                )
+                and h
+            ),
+            10,
+            "the window's diagnosis page",
+        )
+        wait_until(
+            lambda: (
+                "window" in browser.find_element("css selector", '[data-testid="diagnosis"]').text
+            ),
+            60,
+            f"the diagnosis of {heading}",
+        )
         for page in ("fleet", "report"):
             _open(browser, stack.agent.url, page)
             time.sleep(3)
