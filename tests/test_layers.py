@@ -34,19 +34,10 @@ KNOWN: dict[tuple[str, str], str] = {
     # itself through a hook the agent offers.
     ("agent/_http.py", "aivitals.console._server"): "issue 16 (console)",
     ("agent/_http.py", "package console"): "issue 16 (console)",
-    # Owner: the demo / chaos (issue 17). Fix: chaos exports RUN_ENV, start_time,
-    # kill_tree, replay and keeps_title (or the process bookkeeping moves to a shared
-    # public module).
-    ("demo/_redis.py", "aivitals.chaos._procs"): "issue 17 (demo, chaos)",
-    ("demo/_redis.py", "aivitals.chaos._redis"): "issue 17 (demo, chaos)",
-    ("demo/_stack.py", "aivitals.chaos._procs"): "issue 17 (demo, chaos)",
-    ("demo/_stack.py", "aivitals.chaos._journal"): "issue 17 (demo, chaos)",
     # Owner: issue 16 (console). Fix: diagnose exports daily_report and DAY.
     ("console/_api.py", "aivitals.diagnose._report"): "issue 16 (console)",
     # Owner: issue 16 (console). Fix: from ..tsdb import DEFAULT_AGENT (public since cad3cb6).
     ("console/_cli.py", "aivitals.tsdb._time"): "issue 16 (console)",
-    # Owner: issue 15 (dashboards). Fix: alerts exports the parameter parsing it needs.
-    ("dashboards/_cli.py", "aivitals.alerts._cli"): "issue 15 (dashboards)",
     # Owner: issue 15 (fleet). Fix: demo exports scale_for (docs/fleet.md says so).
     ("fleet/_fleet.py", "aivitals.demo._stack"): "issue 15 (fleet)",
     # A new package without a row in docs/architecture.md yet (the coordinator adds it).

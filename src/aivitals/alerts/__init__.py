@@ -14,7 +14,7 @@ from __future__ import annotations
 from ._engine import AlertEvent, AlertState, Notifier, RuleEngine, RuleHealth
 from ._export import ExportTargets, export_pack
 from ._notify import AlertmanagerNotifier, WebhookNotifier, webhook_payload
-from ._params import PackParams
+from ._params import PackParams, parse_param_pairs
 from ._rules import AlertingRule, RecordingRule, Rule, RuleGroup, RulePack, default_pack, load_rules
 from ._template import Template, TemplateError
 
@@ -38,5 +38,6 @@ __all__ = [
     "default_pack",
     "export_pack",
     "load_rules",
+    "parse_param_pairs",
     "webhook_payload",
 ]

@@ -6,40 +6,19 @@ import json
 import shutil
 import subprocess
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 
-from ..errors import BackendError, ConfigError
+from ..errors import BackendError
 from ._export import ExportTargets, export_pack
-from ._params import PackParams
+from ._params import parse_param_pairs
 from ._promtest import run_promtool_tests
 from ._rules import default_pack, load_rules
 
 __all__ = ["alerts", "rules"]
-
-
-def _param_values(pairs: tuple[str, ...]) -> dict[str, Any]:
-    types = {f.name: f.type for f in fields(PackParams)}
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in types:
-            raise ConfigError(
-                f"--param {pair!r}: expected NAME=VALUE with NAME one of {sorted(types)}"
-            )
-        if types[key] == "str":
-            out[key] = raw
-            continue
-        try:
-            out[key] = float(raw)
-        except ValueError:
-            raise ConfigError(f"--param {key}={raw!r} must be a number") from None
-    return out
 
 
 @click.group("rules")
@@ -73,7 +52,7 @@ def export(
     webhook_url: str,
 ) -> None:
     """Write the rendered rule pack, a prometheus.yml and an alertmanager.yml into OUT."""
-    chosen = _param_values(params)
+    chosen = parse_param_pairs(params)
     named = {
         "sla_seconds": sla_seconds,
         "queue_limit": queue_limit,

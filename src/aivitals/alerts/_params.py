@@ -19,7 +19,7 @@ import promql_parser
 from ..errors import ConfigError
 from ..signals import LATENCY_BUCKETS
 
-__all__ = ["PackParams", "parse_duration", "render_pack_text"]
+__all__ = ["PackParams", "parse_duration", "parse_param_pairs", "render_pack_text"]
 
 _PLACEHOLDER = re.compile(r"\[\[\s*([a-z0-9_]+)\s*\]\]")
 _DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
@@ -238,3 +238,24 @@ def render_pack_text(params: PackParams | None = None) -> str:
         return values[name]
 
     return _PLACEHOLDER.sub(fill, _template_text())
+
+
+def parse_param_pairs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs (the CLIs' ``--param``) as ``PackParams`` keyword arguments."""
+    types = {f.name: f.type for f in fields(PackParams)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in types:
+            raise ConfigError(
+                f"--param {pair!r}: expected NAME=VALUE with NAME one of {sorted(types)}"
+            )
+        if types[key] == "str":
+            out[key] = raw
+            continue
+        try:
+            out[key] = float(raw)
+        except ValueError:
+            raise ConfigError(f"--param {key}={raw!r} must be a number") from None
+    return out

@@ -18,7 +18,9 @@ that owner (``FaultContext.owner``), or is refused.
 from __future__ import annotations
 
 from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param, Touch
-from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, default_root
+from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, default_root, replay
+from ._procs import RUN_ENV, kill_tree, same_process, start_time
+from ._redis import keeps_title
 from ._registry import FAULTS, get_fault
 from ._runner import ActiveFault, ChaosRunner
 from ._table import FAULT_TABLE, FaultInfo
@@ -27,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_DURATION",
     "FAULTS",
     "FAULT_TABLE",
+    "RUN_ENV",
     "ActiveFault",
     "ChaosRunner",
     "CleanupReport",
@@ -42,4 +45,9 @@ __all__ = [
     "cleanup",
     "default_root",
     "get_fault",
+    "keeps_title",
+    "kill_tree",
+    "replay",
+    "same_process",
+    "start_time",
 ]

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..alerts import default_pack
-from ..alerts._cli import _param_values
+from ..alerts import default_pack, parse_param_pairs
 from ._export import configmaps_yaml, export_dashboards
 
 __all__ = ["dashboards"]
@@ -35,7 +34,7 @@ def export(out: Path, configmaps: bool, namespace: str | None, params: tuple[str
     Panel thresholds are the rule pack's (rendered with --param values, as
     `aivitals rules export` does), so graphs and alerts agree.
     """
-    pack = default_pack(**_param_values(params))
+    pack = default_pack(**parse_param_pairs(params))
     for path in export_dashboards(out, pack):
         click.echo(f"wrote {path}")
     if configmaps:

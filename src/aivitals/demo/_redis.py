@@ -76,14 +76,13 @@ class RedisServer:
     def alive(self) -> bool:
         """Is our redis-server (or the one a fault handed over) running?"""
         if self._adopted is not None:
-            from ..chaos._procs import same_process
+            from ..chaos import same_process
 
             return same_process(*self._adopted)
         return self.proc is not None and self.proc.poll() is None
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        from ..chaos._procs import RUN_ENV, start_time
-        from ..chaos._redis import keeps_title
+        from ..chaos import RUN_ENV, keeps_title, start_time
 
         self._tmp = tempfile.TemporaryDirectory(prefix="aivitals-redis-")
         env = dict(os.environ)
@@ -139,7 +138,7 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
         if self._adopted is not None:
-            from ..chaos._procs import kill_tree
+            from ..chaos import kill_tree
 
             # before its directory goes: a replacement must not outlive its cwd
             kill_tree(*self._adopted, grace=5.0)

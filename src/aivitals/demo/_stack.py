@@ -173,7 +173,7 @@ class ServiceProcess:
             "TORCHINDUCTOR_CACHE_DIR": str(workdir / "torchinductor"),
         }
         if ledger is not None:
-            from ..chaos._procs import RUN_ENV
+            from ..chaos import RUN_ENV
 
             # the ledger's marker: a cleanup after a crash finds it, recorded or not
             self.env[RUN_ENV] = ledger.run_id
@@ -197,7 +197,7 @@ class ServiceProcess:
                 preexec_fn=self._limit_fds if self.max_fds else None,
             )
         if self.ledger is not None:
-            from ..chaos._procs import start_time
+            from ..chaos import start_time
 
             pid = self.proc.pid
             self.ledger.journal.record("process", pid=pid, start=start_time(pid), label="service")
@@ -413,7 +413,7 @@ class Stack:
     def _close_ledger(self) -> list[str]:
         """Stop whatever the ledger still holds (a replacement handed over by a
         fault, a process of a failed start), then remove it."""
-        from ..chaos._journal import replay
+        from ..chaos import replay
 
         if self.ledger is None:
             return []
