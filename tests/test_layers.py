@@ -27,22 +27,7 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 # Violations that exist today, each fixed by its owner; the test passes with them
 # and fails on any new one. Remove an entry when it is fixed (a stale entry is
 # harmless: it just no longer matches anything). Keys are (module file, what it imports).
-KNOWN: dict[tuple[str, str], str] = {
-    # agent/_http.py serves the console: a private module, and agent -> console has
-    # no place in the table (console imports agent: a cycle). Owner: agent/_http.py
-    # (issue 16). Fix: console exports what the agent needs, or the console mounts
-    # itself through a hook the agent offers.
-    ("agent/_http.py", "aivitals.console._server"): "issue 16 (console)",
-    ("agent/_http.py", "package console"): "issue 16 (console)",
-    # Owner: issue 16 (console). Fix: diagnose exports daily_report and DAY.
-    ("console/_api.py", "aivitals.diagnose._report"): "issue 16 (console)",
-    # Owner: issue 16 (console). Fix: from ..tsdb import DEFAULT_AGENT (public since cad3cb6).
-    ("console/_cli.py", "aivitals.tsdb._time"): "issue 16 (console)",
-    # Owner: issue 15 (fleet). Fix: demo exports scale_for (docs/fleet.md says so).
-    ("fleet/_fleet.py", "aivitals.demo._stack"): "issue 15 (fleet)",
-    # A new package without a row in docs/architecture.md yet (the coordinator adds it).
-    ("console/__init__.py", "no row"): "issue 16 (console)",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _table() -> dict[str, set[str] | None]:

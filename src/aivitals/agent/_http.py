@@ -189,8 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Serve the console's page, files and API when ``path`` is theirs; True if served."""
         if path != "/" and path != "/index.html" and not path.startswith("/console/"):
             return False
-        from ..console import AgentSource, respond
-        from ..console._server import write_response
+        from ..console import AgentSource, respond, write_response
 
         source = None
         if self.agent.has_store:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ._api import MAX_POINTS, choose_step, range_payload
 from ._app import Response, respond
-from ._server import ConsoleServer
+from ._server import ConsoleServer, write_response
 from ._source import AgentSource, RemoteSource, Source, expr_threshold, normalize_alerts
 from ._static import STATIC_DIR, resolve_static
 
@@ -33,4 +33,5 @@ __all__ = [
     "range_payload",
     "resolve_static",
     "respond",
+    "write_response",
 ]

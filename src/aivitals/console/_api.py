@@ -200,7 +200,7 @@ def meta_payload(source: Source) -> dict[str, Any]:
 
 def report_payload(source: Source, end: float) -> dict[str, Any]:
     """``aivitals report daily`` over the source, as JSON for the report page."""
-    from ..diagnose._report import DAY, daily_report
+    from ..diagnose import DAY, daily_report
 
     alerts: list[dict[str, Any]] | None = None
     try:

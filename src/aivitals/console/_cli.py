@@ -10,7 +10,7 @@ import click
 
 from ..agent import parse_duration, parse_listen
 from ..errors import ConfigError
-from ..tsdb._time import DEFAULT_AGENT
+from ..tsdb import DEFAULT_AGENT
 from ._server import ConsoleServer
 from ._source import RemoteSource
 

@@ -20,7 +20,7 @@ from ._faults import FAULTS as IN_PROCESS_FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
-from ._stack import QUICK_RULES, Stack, StackConfig
+from ._stack import QUICK_RULES, Stack, StackConfig, scale_for
 
 __all__ = [
     "CHAOS_PATH",
@@ -36,4 +36,5 @@ __all__ = [
     "Stack",
     "StackConfig",
     "create_app",
+    "scale_for",
 ]

@@ -28,9 +28,11 @@ from ._model import (
     Unseen,
 )
 from ._rank import Change, ChangeRanking, rank_changes
+from ._report import DAY, daily_report
 from ._signatures import EventEvidence, Evidence, Signature, load_signatures, parse_signatures
 
 __all__ = [
+    "DAY",
     "HIGH_CONFIDENCE",
     "VITALS",
     "Change",
@@ -50,6 +52,7 @@ __all__ = [
     "StreamingDetector",
     "Unseen",
     "attach",
+    "daily_report",
     "detect",
     "diagnose",
     "load_signatures",

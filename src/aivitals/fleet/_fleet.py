@@ -357,8 +357,7 @@ class Fleet:
         """The exported rule pack as loaded by Prometheus and vmalert (time-compressed
         when ``quick``: the windows of ``QUICK_RULES`` and every ``for:`` / 60)."""
         from ..alerts import default_pack
-        from ..demo import QUICK_RULES
-        from ..demo._stack import scale_for  # see docs/fleet.md: demo should export it
+        from ..demo import QUICK_RULES, scale_for
 
         if not self.config.quick:
             return default_pack(**self.config.rule_params).text
