@@ -8,6 +8,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,3 +89,27 @@ def problems(driver: Any) -> list[str]:
     )
     out += [f"failed request: {f}" for f in failed]
     return out
+
+
+def open_page(driver: Any, url: str, page: str) -> None:
+    """``url``'s console at ``#/page``, once the console has its meta."""
+    driver.get(f"{url.rstrip('/')}/#/{page}")
+    wait_until(
+        lambda: driver.execute_script(
+            "return !!(window.__aivitals && window.__aivitals.state.meta)"
+        ),
+        20,
+        f"{page}: the console's meta",
+    )
+
+
+def shot(driver: Any, name: str, height: int = 1000) -> None:
+    """A screenshot to ``$AIVITALS_CONSOLE_SHOTS/name.png`` when that is set."""
+    folder = os.environ.get("AIVITALS_CONSOLE_SHOTS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    driver.set_window_size(1400, height)
+    time.sleep(0.8)  # the charts follow the new width on their next frame
+    driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+    driver.set_window_size(1400, 1000)

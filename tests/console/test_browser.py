@@ -11,7 +11,6 @@ Markup in label values and alert annotations shows as text. Screenshots go to
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -22,23 +21,12 @@ import pytest
 
 from aivitals.signals import Sample
 
-from ._browser import chromium, problems, wait_until
+from ._browser import open_page, problems, shot, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PAGES = ("overview", "alerts", "diagnosis", "fleet", "report")
 XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
-
-
-def _shot(driver: Any, name: str, height: int = 1000) -> None:
-    folder = os.environ.get("AIVITALS_CONSOLE_SHOTS")
-    if not folder:
-        return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    driver.set_window_size(1400, height)
-    time.sleep(0.8)  # the charts follow the new width on their next frame
-    driver.save_screenshot(str(Path(folder) / f"{name}.png"))
-    driver.set_window_size(1400, 1000)
 
 
 def _points(driver: Any) -> dict[str, int]:
@@ -66,23 +54,6 @@ def stack() -> Iterator[Any]:
             t.join(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as driver:
-        yield driver
-
-
-def _open(driver: Any, url: str, page: str) -> None:
-    driver.get(f"{url}/#/{page}")
-    wait_until(
-        lambda: driver.execute_script(
-            "return !!(window.__aivitals && window.__aivitals.state.meta)"
-        ),
-        20,
-        f"{page}: the console's meta",
-    )
-
-
 def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> None:
     url = stack.agent.url
     # markup in a label value: must show as text in the legend, never run
@@ -91,7 +62,7 @@ def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> 
             [Sample("queue_length", {"queue": XSS, "job": "demo"}, 1.0)],
             default_timestamp=time.time() - 4 + i,
         )
-    _open(browser, url, "overview")
+    open_page(browser, url, "overview")
     problems(browser)  # drop what the first navigation logged before meta (none expected)
     pts = wait_until(
         lambda: (
@@ -120,7 +91,7 @@ def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> 
     )
     assert browser.execute_script("return window.__pwned") is None, legend
     for page in PAGES[1:]:
-        _open(browser, url, page)
+        open_page(browser, url, page)
         testid = {"alerts": "alerts-active", "diagnosis": "diagnosis", "fleet": "fleet"}.get(
             page, "report"
         )
@@ -136,6 +107,10 @@ def test_pages_load_clean_with_data_and_sim_labels(stack: Any, browser: Any) -> 
         )
         if page == "fleet":
             assert "sim" in browser.find_element("css selector", '[data-testid="fleet"]').text
+            # one machine: its agent, its service's target and its GPU are one node
+            nodes = browser.find_elements("css selector", '[data-testid="node"]')
+            assert len(nodes) == 1, [n.text for n in nodes]
+            assert nodes[0].find_elements("css selector", '[data-testid="gpu"]')
     assert problems(browser) == []
     assert browser.execute_script("return window.__pwned") is None
 
@@ -147,7 +122,7 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
     with ChaosRunner(ctx, root=tmp_path / "chaos", handle_signals=False) as runner:
         t0 = time.monotonic()
         runner.start("gpu_memory_leak", duration=120, mib_per_request=48)
-        _open(browser, stack.agent.url, "alerts")
+        open_page(browser, stack.agent.url, "alerts")
         row = wait_until(
             lambda: [
                 r
@@ -163,8 +138,8 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
         fired_after = time.monotonic() - t0
         text = row[0].text
         assert "P1" in text and "model" in text and "nvidia-smi" in text  # severity, layer, runbook
-        _shot(browser, "alerts")
-        _open(browser, stack.agent.url, "diagnosis")
+        shot(browser, "alerts")
+        open_page(browser, stack.agent.url, "diagnosis")
         finding = wait_until(
             lambda: browser.find_elements(
                 "css selector", '[data-testid="finding-gpu_memory_leak"]'
@@ -181,12 +156,12 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
             30,
             "the evidence charts",
         )
-        _shot(browser, "diagnosis", 1900)
-        _open(browser, stack.agent.url, "overview")
+        shot(browser, "diagnosis", 1900)
+        open_page(browser, stack.agent.url, "overview")
         wait_until(lambda: _points(browser).get("gpu_process_memory", 0) > 0, 30, "overview")
         browser.find_element("id", "range").send_keys("5 min")
         time.sleep(2.5)
-        _shot(browser, "overview", 2200)
+        shot(browser, "overview", 2200)
         # "diagnose this window": drag across a chart; a read-only GET of that window
         from selenium.webdriver.common.action_chains import ActionChains
 
@@ -215,10 +190,11 @@ def test_gpu_leak_shows_on_alerts_and_diagnosis(stack: Any, browser: Any, tmp_pa
             60,
             f"the diagnosis of {heading}",
         )
-        for page in ("fleet", "report"):
-            _open(browser, stack.agent.url, page)
+        # the fleet's screenshot is tests/console/test_fleet.py's, over a real fleet
+        for page in ("report",):
+            open_page(browser, stack.agent.url, page)
             time.sleep(3)
-            _shot(browser, page)
+            shot(browser, page)
     assert problems(browser) == []
     print(f"GPUProcessMemoryGrowth firing {fired_after:.0f} s after the leak started")
 
@@ -239,7 +215,7 @@ def test_markup_in_alerts_shows_as_text(browser: Any) -> None:
     }
     with Agent(AgentConfig(listen="127.0.0.1:0", interval=1.0, gpu="none")) as agent:
         agent.set_alerts_provider(lambda: {"alerts": [alert], "history": [alert]})
-        _open(browser, agent.url, "alerts")
+        open_page(browser, agent.url, "alerts")
         row = wait_until(
             lambda: browser.find_elements("css selector", '[data-testid="alert-QueueBacklog"]'),
             20,
@@ -248,7 +224,7 @@ def test_markup_in_alerts_shows_as_text(browser: Any) -> None:
         assert XSS in row.text and "42" in row.text and "> 20" in row.text
         assert browser.execute_script("return window.__pwned") is None
         assert not browser.find_elements("css selector", "main img, main script")
-        _open(browser, agent.url, "overview")
+        open_page(browser, agent.url, "overview")
         wait_until(
             lambda: browser.find_elements("css selector", '[data-testid="not-collected"]'),
             20,
@@ -367,7 +343,7 @@ def test_agent_gone_is_said_and_retried_with_backoff(browser: Any) -> None:
     agent = Agent(AgentConfig(listen="127.0.0.1:0", interval=1.0, gpu="none"))
     agent.start()
     try:
-        _open(browser, agent.url, "overview")
+        open_page(browser, agent.url, "overview")
     finally:
         agent.stop()
     conn = wait_until(

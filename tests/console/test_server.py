@@ -377,6 +377,31 @@ def test_remote_prometheus_source_computes_the_diagnosis_here(agent: Any) -> Non
         source.close()
 
 
+def test_the_latest_diagnosis_of_a_prometheus_is_computed_once_per_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Diagnosis and Fleet pages both poll it: one computation serves both per tick."""
+    from aivitals.console import _source
+
+    windows: list[tuple[float, float]] = []
+
+    def counted(backend: Any, start: float, end: float, alerts: Any, events: Any) -> Any:
+        windows.append((start, end))
+        return {"start": start, "end": end, "findings": []}
+
+    monkeypatch.setattr(_source, "_run_diagnosis", counted)
+    source = RemoteSource("http://127.0.0.1:9", kind="prometheus", tick=3.0, timeout=1.0)
+    try:
+        first = source.diagnosis(None, None)
+        time.sleep(1.1)  # a new second: a key made of the window would miss here
+        assert source.diagnosis(None, None) is first
+        assert len(windows) == 1 and windows[0][1] - windows[0][0] == pytest.approx(900.0)
+        source.diagnosis(100.0, 200.0)  # a chosen window is its own computation
+        assert windows[-1] == (100.0, 200.0)
+    finally:
+        source.close()
+
+
 def test_console_server_when_the_backend_is_down() -> None:
     import socket
 

@@ -474,8 +474,21 @@ class RemoteSource:
         if start is None or end is None:
             if self.kind == "agent":
                 return self._cache.get("latest", lambda: _as_dict(self._get("/api/v1/diagnosis")))
-            end = time.time()
-            start = end - LATEST_WINDOW
+            # one key for "the latest": every page polling it shares one computation
+            # per tick, instead of a new window (and a new diagnosis) every second
+            now = time.time()
+            return self._cache.get(
+                "latest",
+                lambda: _as_dict(
+                    _run_diagnosis(
+                        self.backend,
+                        now - LATEST_WINDOW,
+                        now,
+                        self.alert_objects(now - LATEST_WINDOW, now),
+                        (),
+                    )
+                ),
+            )
         _check_window(start, end)
         s, e = start, end
         return self._cache.get(

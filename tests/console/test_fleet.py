@@ -1,0 +1,123 @@
+"""The Fleet page in a real headless Chromium, over a real multi-node VictoriaMetrics.
+
+The fleet is SYNTHETIC (``aivitals.fleet._synth.SynthFleet``: 6 nodes x 8 GPUs, every
+series shaped by the H200 recording in ``tests/fixtures/gpu/h200/scenarios.csv``,
+30 minutes at 15 s ending now; GPU 5 of ``sim-node-4`` follows the recording's
+leak). It is imported into a real VictoriaMetrics, read by ``aivitals console
+--prometheus`` run as its command line, and shown in Chromium: every node is on
+the page, the faulty node and its leaking GPU come first and red, every other
+node and GPU green, "sim" is shown, and nothing errs or fails. The screenshot
+goes to ``$AIVITALS_CONSOLE_SHOTS/fleet.png`` when that is set.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from aivitals.fleet._synth import RecordedShapes, SynthFleet
+from tests._servers import free_port, victoria_metrics
+
+from ._browser import open_page, problems, shot, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "scenarios.csv"
+NODES, GPUS, FAULTY_NODE, FAULTY_GPU = 6, 8, 4, 5
+
+
+def _classes(element: Any) -> set[str]:
+    return set((element.get_attribute("class") or "").split())
+
+
+def _import(vm_url: str, sf: SynthFleet) -> None:
+    r = httpx.post(f"{vm_url}/api/v1/import", content="\n".join(sf.import_lines()) + "\n")
+    assert r.status_code == 204, r.text
+    httpx.get(f"{vm_url}/internal/force_flush")
+
+    def every_up() -> bool:
+        got = httpx.get(f"{vm_url}/api/v1/query", params={"query": "count(up)"}).json()
+        rows = got["data"]["result"]
+        return bool(rows) and int(float(rows[0]["value"][1])) == 2 * sf.nodes
+
+    wait_until(every_up, 30, "VictoriaMetrics answering every node's up series")
+
+
+def test_fleet_page_over_victoria_metrics_puts_the_faulty_node_first(browser: Any) -> None:
+    sf = SynthFleet(
+        RecordedShapes.load(RECORDING),
+        nodes=NODES,
+        gpus=GPUS,
+        points=121,
+        step=15.0,
+        end=float(int(time.time())),
+        fault="gpu_memory_leak",
+        faulty_node=FAULTY_NODE,
+        faulty_gpu=FAULTY_GPU,
+    )
+    faulty = sf.node_name(FAULTY_NODE)
+    with victoria_metrics() as vm:
+        _import(vm.url, sf)
+        port = free_port()
+        argv = ["console", "--prometheus", vm.url, "--port", str(port), "--interval", "2s"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aivitals.cli", *argv],
+            stderr=subprocess.PIPE,
+            env={**os.environ},
+        )
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            wait_until(lambda: httpx.get(url, timeout=2).status_code == 200, 20, "the console")
+            open_page(browser, url, "fleet")
+            # the grid is drawn once the instant values, the alerts and the diagnosis are in
+            cards = wait_until(
+                lambda: (
+                    (c := browser.find_elements("css selector", '[data-testid="node"]'))
+                    and c[0].text.startswith(faulty)
+                    and c
+                ),
+                30,
+                f"the fleet grid with {faulty} first",
+            )
+            names = [c.text.split()[0] for c in cards]
+            assert sorted(names) == sorted(sf.node_name(i) for i in range(1, NODES + 1)), names
+            top, rest = cards[0], cards[1:]
+            assert "h-bad" in _classes(top) and "unhealthy" in top.text
+            assert "diagnosis: gpu_memory_leak" in top.text and "targets up 2/2" in top.text
+            gpus = top.find_elements("css selector", '[data-testid="gpu"]')
+            assert len(gpus) == GPUS
+            assert gpus[0].text.startswith(f"GPU {FAULTY_GPU}")  # the leaking GPU first
+            assert "h-bad" in _classes(gpus[0]) and "gpu memory leak" in gpus[0].text
+            assert all("h-ok" in _classes(g) for g in gpus[1:])
+            for card in rest:
+                assert "h-ok" in _classes(card) and "healthy" in card.text, card.text
+                assert "diagnosis: healthy" in card.text and "targets up 2/2" in card.text
+                cells = card.find_elements("css selector", '[data-testid="gpu"]')
+                assert len(cells) == GPUS and all("h-ok" in _classes(g) for g in cells)
+            # "sim" on every node and every GPU tile, and said in words above the grid
+            badges = browser.find_elements("css selector", '[data-testid="fleet"] .badge.sim')
+            assert len(badges) == NODES * (GPUS + 1)
+            assert all(b.is_displayed() and b.text == "sim" for b in badges)
+            summary = browser.find_element("css selector", '[data-testid="fleet-summary"]').text
+            assert summary == (
+                f"{NODES} nodes, {NODES * GPUS} GPUs (sim: simulated devices) · unhealthy: {faulty}"
+            )
+            time.sleep(2.5)  # one more refresh: the grid holds its order
+            assert browser.find_elements("css selector", '[data-testid="node"]')[0].text.startswith(
+                faulty
+            )
+            shot(browser, "fleet", 1000)
+            assert problems(browser) == []
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err.decode()
+    assert f"reading the prometheus at {vm.url}" in err.decode()
