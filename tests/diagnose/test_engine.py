@@ -139,6 +139,31 @@ def test_gaps_and_out_of_order_samples_do_not_break_the_diagnosis() -> None:
     assert d.findings[0].signature == "network_loss"
 
 
+def test_loopback_traffic_does_not_hide_packet_loss() -> None:
+    # 8% of the segments on the real link are lost; four times as many go over loopback
+    # (a local Redis, scrapes), which never loses one: of all segments under 2% are resent
+    sc = corpus.scenario("network_loss", seed=3, duration=DURATION)
+    store = Store(retention=7200)
+    for name, labels, ts, vals in corpus.samples(sc):
+        if name == "host_tcp_out_segments_total":
+            lo = 4.0 * vals
+            for t, v in zip(ts.tolist(), lo.tolist(), strict=True):
+                store.append("host_network_transmit_packets_total", {"interface": "lo"}, v, t)
+            vals = vals + lo
+        for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+            store.append(name, labels, v, t)
+    diluted = (
+        "sum(rate(host_tcp_retransmitted_segments_total[1m]))"
+        " / sum(rate(host_tcp_out_segments_total[1m]))"
+    )
+    assert 0 < store.query(diluted, sc.end).values()[0] < 0.02
+    d = diagnose(store, end=sc.end)
+    top = d.findings[0]
+    assert (top.signature, top.layer) == ("network_loss", "infrastructure")
+    ratio = next(e for e in top.evidence if e.role == "required")
+    assert ratio.held and ratio.values[0][1] > 0.05
+
+
 def test_kernel_events_are_evidence() -> None:
     sc, store = _loaded("gpu_xid")
     d = diagnose(store, end=sc.end, events=sc.events)

@@ -18,6 +18,9 @@ class LoadPlan:
     max_tokens: int = 12
     prompt_tokens: int = 24
     impatient_rate: float = 2.0
+    #: distinct embeddings inputs, the same in every phase (a cache warm from the start)
+    embeddings_pool: int = 16
+    embeddings_seed: int = 0
 
 
 @dataclass
@@ -47,6 +50,8 @@ class LoadPhase:
         url = self.base_url.rstrip("/")
         p = self.plan
         configs = {
+            # every prompt new (input_pool 0, no seed), in every phase: each completion
+            # reaches the model (the cache looks it up and misses)
             "completions": LoadConfig(
                 url=url + "/v1/completions",
                 rate=p.completions_rate,
@@ -57,11 +62,15 @@ class LoadPhase:
                 timeout=10.0,
                 input_pool=0,
             ),
+            # the same 16 inputs in every phase (a fixed seed), as a steady workload repeats
+            # itself: new random inputs at each phase's start (a fault's start) found the
+            # cache cold, and that drop of the hit ratio read as a cache stampede
             "embeddings": LoadConfig(
                 url=url + "/v1/embeddings",
                 rate=p.embeddings_rate,
                 duration=max_seconds,
-                input_pool=16,
+                input_pool=p.embeddings_pool,
+                seed=p.embeddings_seed,
                 allow_hosts=self.allow_hosts,
                 timeout=10.0,
             ),

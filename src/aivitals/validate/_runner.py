@@ -280,8 +280,11 @@ def _watch(
 
 
 def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
+    # this scenario's baseline and fault; at least 30 s for the detector (a 4 s baseline
+    # then reaches back into the previous scenario's settle). No further back: the revert
+    # of the previous fault (a lossy link's probe) read as a baseline left a deviation unseen
     try:
-        return stack.diagnose(window=max(30.0, now - t_base + 5.0), end=now)
+        return stack.diagnose(window=max(30.0, now - t_base), end=now)
     except Exception as exc:  # the report says the diagnosis failed; the run goes on
         return exc
 

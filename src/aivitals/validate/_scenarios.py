@@ -31,8 +31,8 @@ class Scenario:
     impatient_client: bool = False
     #: a longer fault phase in --quick runs, for faults that need time to build up
     quick_fault_max: float | None = None
-    #: a longer baseline in --quick runs, for alerts that compare with a baseline
-    #: (the cache's hit ratio before the stampede must exist to drop from it)
+    #: a longer baseline in --quick runs, for alerts and evidence that compare with a
+    #: baseline (the cache's hit ratio before the stampede must exist to drop from it)
     quick_baseline: float | None = None
 
 
@@ -97,7 +97,15 @@ _LIST: tuple[Scenario, ...] = (
     ),
     Scenario("disk_io_saturation", quick_params={"size_mib": 1024, "jobs": 4}),
     Scenario("network_loss", params={"percent": 10}, quick_params={"percent": 30}, needs=_root_net),
-    Scenario("network_latency", quick_params={"delay_ms": 300}, needs=_root_net),
+    Scenario(
+        "network_latency",
+        quick_params={"delay_ms": 300},
+        needs=_root_net,
+        # the probe must be slower "than before": the diagnosis's 30 s window reached back
+        # past a 4 s baseline into network_loss's revert, whose lost packets had slowed the
+        # probe, so the before was not calm and the deviation was not seen
+        quick_baseline=30.0,
+    ),
     Scenario("redis_down", error_codes=("DEPENDENCY_DOWN",), needs=_redis),
     Scenario(
         "traffic_surge", params={"factor": 10}, quick_params={"factor": 20}, quick_fault_max=40.0
