@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+#: Markup for label values and annotations: shown as text, it never runs.
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
 FLAGS = (
     "--headless=new",
     "--no-sandbox",

@@ -21,12 +21,11 @@ import pytest
 
 from aivitals.signals import Sample
 
-from ._browser import open_page, problems, shot, wait_until
+from ._browser import XSS, open_page, problems, shot, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PAGES = ("overview", "alerts", "diagnosis", "fleet", "report")
-XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
 
 def _points(driver: Any) -> dict[str, int]:

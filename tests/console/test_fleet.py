@@ -12,6 +12,7 @@ goes to ``$AIVITALS_CONSOLE_SHOTS/fleet.png`` when that is set.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,10 +24,12 @@ from typing import Any
 import httpx
 import pytest
 
+from aivitals.console import ConsoleServer, RemoteSource
+from aivitals.errors import BackendError
 from aivitals.fleet._synth import RecordedShapes, SynthFleet
 from tests._servers import free_port, victoria_metrics
 
-from ._browser import open_page, problems, shot, wait_until
+from ._browser import XSS, open_page, problems, shot, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -121,3 +124,63 @@ def test_fleet_page_over_victoria_metrics_puts_the_faulty_node_first(browser: An
             _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err.decode()
     assert f"reading the prometheus at {vm.url}" in err.decode()
+
+
+class _NoDiagnosis(RemoteSource):
+    """A Prometheus source whose diagnosis fails (the backend erred mid-computation)."""
+
+    def diagnosis(self, start: float | None, end: float | None) -> dict[str, Any]:
+        raise BackendError("the diagnosis' queries failed")
+
+
+def test_fleet_without_a_diagnosis_says_so_and_shows_hostile_labels_as_text(
+    browser: Any,
+) -> None:
+    sf = SynthFleet(
+        RecordedShapes.load(RECORDING),
+        nodes=2,
+        gpus=1,
+        end=float(int(time.time())),
+        fault=None,
+        faulty_gpu=0,
+    )
+    with victoria_metrics() as vm:
+        _import(vm.url, sf)
+        # a node whose name is markup, its only target down
+        hostile = {"__name__": "up", "node": XSS, "instance": "10.0.0.9:9464", "job": "agent"}
+        line = {"metric": hostile, "values": [0, 0], "timestamps": [t * 1000 for t in _last(2)]}
+        r = httpx.post(f"{vm.url}/api/v1/import", content=json.dumps(line) + "\n")
+        assert r.status_code == 204, r.text
+        httpx.get(f"{vm.url}/internal/force_flush")
+        source = _NoDiagnosis(vm.url, kind="prometheus", tick=2.0)
+        with ConsoleServer(source) as server:
+            open_page(browser, server.url, "fleet")
+            banner = wait_until(
+                lambda: browser.find_elements("css selector", ".banner"), 30, "the banner"
+            )[0].text
+            assert "Diagnosis unavailable" in banner and "diagnosis' queries failed" in banner
+            assert "health from targets and alerts only" in banner
+            cards = wait_until(
+                lambda: (
+                    len(c := browser.find_elements("css selector", '[data-testid="node"]')) == 3
+                    and c
+                ),
+                30,
+                "3 nodes",
+            )
+            # the down node first, red, its name shown as the characters it is
+            assert cards[0].text.startswith(XSS) and "h-bad" in _classes(cards[0])
+            assert "targets up 0/1" in cards[0].text and "agent 10.0.0.9:9464 down" in cards[0].text
+            assert all("h-ok" in _classes(c) for c in cards[1:])
+            assert browser.execute_script("return window.__pwned") is None
+            assert not browser.find_elements("css selector", "main img, main script")
+            # the one failed request is the diagnosis (502), said on the page
+            got = problems(browser)
+            assert got and all("/console/api/diagnosis" in p for p in got), got
+            browser.get("about:blank")
+            browser.get_log("browser")
+
+
+def _last(n: int, step: int = 15) -> list[int]:
+    now = int(time.time())
+    return [now - step * (n - 1 - i) for i in range(n)]
