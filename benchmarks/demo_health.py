@@ -14,7 +14,11 @@ p99_ms=... alerts_p0p1=... alerts_fired=... minutes=... rules=...``
 ``rps`` is the completions replay's achieved rate, ``target_rps`` the rate it was
 asked for and ``rate_ratio`` their ratio (target: within 0.8..1.2);
 ``cache_hit_ratio`` is hits / (hits + misses) of the service's response cache over
-the whole run (target < 0.8); ``p99_ms`` the client-side P99 of the completions
+the whole run (target < 0.8); ``length_scale`` the factor the trace's token
+lengths were scaled by (see docs/demo.md); ``load1_mean`` the machine's mean
+1-minute load average over the minute rows (2 cores here: above 2 the demo
+shares the CPU with other work);
+``p99_ms`` the client-side P99 of the completions
 (from each intended send time, cache hits included); ``alerts_p0p1`` the number of
 distinct P0/P1 alerts that fired (target 0). Rules run in real time by default
 (the pack's own windows and ``for:``); ``--compressed-rules`` uses the demo's
@@ -77,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         session.start()
         stack = session.stack
         wall0 = time.time()
-        print(f"{'min':>4} {'req/s':>7} {'p99 ms':>8} {'cache hit':>9} {'gpu util':>8}  alerts")
+        print(
+            f"{'min':>4} {'req/s':>7} {'p99 ms':>8} {'wait p99':>8} {'cache hit':>9} "
+            f"{'gpu util':>8} {'load1':>6}  alerts"
+        )
         next_row = 60.0
         while session.seconds < seconds:
             session.check()
@@ -99,12 +106,21 @@ def main(argv: list[str] | None = None) -> int:
                         '/ sum(rate(cache_requests_total{result=~"hit|miss"}[1m]))',
                     ),
                     "gpu_util": _q(stack, "avg_over_time(gpu_utilization_ratio[1m])"),
+                    "queue_wait_p99_ms": 1000
+                    * _q(
+                        stack,
+                        "histogram_quantile(0.99, sum by (le) (rate("
+                        'queue_wait_seconds_bucket{queue="pool:model"}[1m])))',
+                    ),
+                    "load1": round(os.getloadavg()[0], 2),
                     "alerts": sorted(a.alertname for a in stack.engine.active()),
                 }
                 rows.append(row)
                 print(
                     f"{row['minute']:>4} {_fmt(row['rps'], '7.2f')} {_fmt(row['p99_ms'], '8.0f')} "
-                    f"{_fmt(row['cache_hit_ratio'], '9.2f')} {_fmt(row['gpu_util'], '8.2f')}  "
+                    f"{_fmt(row['queue_wait_p99_ms'], '8.0f')} "
+                    f"{_fmt(row['cache_hit_ratio'], '9.2f')} {_fmt(row['gpu_util'], '8.2f')} "
+                    f"{row['load1']:>6.2f}  "
                     f"{', '.join(row['alerts']) or '-'}",
                     flush=True,
                 )
@@ -146,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         "alerts_fired": ",".join(all_fired) or "none",
         "minutes": round(elapsed / 60.0, 2),
         "rules": "compressed" if args.compressed_rules else "real-time",
+        "length_scale": round(workload.length_scale, 4),
+        "load1_mean": round(sum(r["load1"] for r in rows) / len(rows), 2) if rows else math.nan,
     }
     print(f"workload: {workload.why()}")
     print(f"rules: {session.rules_note}")

@@ -347,3 +347,48 @@ def test_a_streamed_completion_is_cached_and_replayed(demo_models: DemoModels) -
         assert hits == 2.0
 
     run(body)
+
+
+def test_embeddings_have_their_own_lane_when_the_model_pool_is_stuck(
+    demo_models: DemoModels,
+) -> None:
+    # a cheap embedding must not wait behind generations: with every model worker
+    # blocked it is still answered, from the "embeddings" pool
+    async def body() -> None:
+        app = make_app(demo_models, chaos_token=TOKEN)
+        hdr = {"X-Aivitals-Token": TOKEN}
+        async with client_for(app) as c:
+            stuck = await c.post(
+                "/_aivitals/chaos",
+                json={"fault": "worker_pool_stuck", "action": "start", "params": {"duration": 30}},
+                headers=hdr,
+            )
+            emb = await asyncio.wait_for(c.post("/v1/embeddings", json={"input": "x y"}), 10)
+            metrics = (await c.get("/metrics")).text
+            await c.post(
+                "/_aivitals/chaos",
+                json={"fault": "worker_pool_stuck", "action": "stop"},
+                headers=hdr,
+            )
+        assert stuck.status_code == 200
+        assert emb.status_code == 200 and emb.json()["data"][0]["embedding"]
+        assert 'worker_pool_max_workers{pool="embeddings"} 1.0' in metrics
+        assert 'worker_pool_active_workers{pool="model"} 2.0' in metrics
+        assert 'queue_wait_seconds_count{queue="pool:embeddings"} 1.0' in metrics
+
+    run(body)
+
+
+def test_the_admission_limit_never_starves_the_workers(demo_models: DemoModels) -> None:
+    # cache hits (a few ms) beside generations (100+ ms) drive the gradient to its floor;
+    # the floor keeps both lanes' workers busy with one request waiting each
+    app = make_app(demo_models, workers=2, embedding_workers=1)
+    controller = app.protected.controller
+    assert controller is not None
+    assert controller.config.min_limit == 6 and controller.limit >= 6
+    limiter = controller._limiter
+    now = 0.0
+    for latency in [0.002] * 20 + [0.2] * 400:  # a window of hits, then generations only
+        now += 0.01
+        limiter.on_sample(latency, 2, now)
+    assert controller.limit == 6

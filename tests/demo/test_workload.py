@@ -233,3 +233,68 @@ def test_the_plan_says_when_completions_are_too_slow_for_the_domain_bounds() -> 
     slow = replace(wl, capacity=Capacity(1.2, 2, 5.0, 6, 1600.0, 0))
     assert "QueueWaitHigh" not in fast.why()
     assert "a completion takes 1.6 s here" in slow.why() and "QueueWaitHigh" in slow.why()
+
+
+def test_trace_lengths_are_scaled_to_the_demo_model_keeping_times_and_order() -> None:
+    from aivitals.demo._workload import (
+        LENGTH_SCALE,
+        MAX_OUTPUT_TOKENS,
+        MAX_PROMPT_TOKENS,
+        scale_lengths,
+    )
+
+    raw = load_trace("azure-conv")
+    scaled = scale_lengths(raw)
+    assert [t.at for t in scaled] == [t.at for t in raw]  # arrivals and bursts unchanged
+    outputs = sorted(t.max_tokens for t in scaled)
+    assert outputs[len(outputs) // 2] == round(
+        sorted(t.max_tokens for t in raw)[len(raw) // 2] * LENGTH_SCALE
+    )
+    assert outputs[0] >= 1 and outputs[-1] <= MAX_OUTPUT_TOKENS
+    assert max(t.prompt_tokens for t in scaled) <= MAX_PROMPT_TOKENS
+    # the relative distribution is kept: a longer recorded output is never scaled shorter
+    pairs = sorted(zip((t.max_tokens for t in raw), (t.max_tokens for t in scaled), strict=True))
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(pairs))
+    # the caps clip almost nothing: the long tail survives the scaling
+    assert sum(t.max_tokens == MAX_OUTPUT_TOKENS for t in scaled) < 0.01 * len(scaled)
+    with pytest.raises(ConfigError, match="length scale"):
+        scale_lengths(raw, 0.0)
+    wl = plan_workload(
+        scaled,
+        url="http://127.0.0.1:1",
+        workers=2,
+        rate=2.0,
+        utilization=0.5,
+        hit_ratio=0.4,
+        cache_ttl=300.0,
+        embeddings_rate=1.0,
+        probe_seconds=1.0,
+        draws=10,
+        length_scale=LENGTH_SCALE,
+    )
+    assert "token lengths x1/16 of the trace's" in wl.why()
+
+
+def test_the_capacity_probe_runs_the_embeddings_beside_the_completions() -> None:
+    from aivitals.demo._workload import measure_capacity
+    from aivitals.load import completions_request, embeddings_request
+    from tests.load._server import tiny_server
+
+    with tiny_server() as srv:
+        cap = measure_capacity(
+            srv.url + "/v1/completions",
+            [completions_request("a b c", 4)],
+            concurrency=2,
+            seconds=1.0,
+            timeout=5.0,
+            alongside=LoadConfig(
+                url=srv.url + "/v1/embeddings",
+                rate=10.0,
+                duration=1.0,
+                requests=(embeddings_request("q"),),
+                timeout=5.0,
+            ),
+        )
+        paths = list(srv.paths)
+    assert cap.rps > 0 and cap.alongside_rps > 0
+    assert "/v1/embeddings" in paths and "/v1/completions" in paths

@@ -436,3 +436,59 @@ async def test_metrics_app_speaks_openmetrics_when_asked() -> None:
     assert r.text.endswith("# EOF\n")
     assert "http_request_duration_seconds_bucket" in r.text
     assert head.status_code == 200 and head.content == b""
+
+
+@pytest.mark.anyio
+async def test_declared_routes_export_zero_series_before_any_request() -> None:
+    # an idle service must export its HTTP series (count 0), or absent() alerts page on it
+    reg = CollectorRegistry()
+    app = fastapi_app(reg)
+    async with await _client(app) as client:
+        exposition = (await client.get("/metrics")).text  # the first call: not a request
+        post = {"method": "POST", "route": "/v1/echo", "status_class": "2xx", "status": "200"}
+        get = {"method": "GET", "route": "/v1/items/{item_id}", "status_class": "2xx"}
+        assert reg.get_sample_value("http_request_duration_seconds_count", post) == 0
+        assert (
+            reg.get_sample_value("http_request_duration_seconds_count", get | {"status": "200"})
+            == 0
+        )
+        assert 'route="/v1/echo"' in exposition
+        # no HEAD twin, no /metrics series, no method a route does not take
+        assert (
+            reg.get_sample_value("http_request_duration_seconds_count", post | {"method": "HEAD"})
+            is None
+        )
+        assert (
+            reg.get_sample_value("http_request_duration_seconds_count", post | {"method": "GET"})
+            is None
+        )
+        await client.post("/v1/echo", content=b"x")
+    assert reg.get_sample_value("http_request_duration_seconds_count", post) == 1
+
+
+@pytest.mark.anyio
+async def test_raw_app_templates_are_declared_at_lifespan_startup() -> None:
+    reg = CollectorRegistry()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            await send({"type": "lifespan.startup.complete"})
+
+    wrapped = AivitalsMiddleware(app, registry=reg, routes=["/v1/generate"])
+    sent: list[Any] = []
+
+    async def receive() -> dict[str, str]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await wrapped({"type": "lifespan"}, receive, send)
+    labels = {"route": "/v1/generate", "status_class": "2xx", "status": "200"}
+    for method in ("GET", "POST"):
+        count = reg.get_sample_value(
+            "http_request_duration_seconds_count", labels | {"method": method}
+        )
+        assert count == 0
+    assert sent == [{"type": "lifespan.startup.complete"}]

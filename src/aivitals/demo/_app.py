@@ -119,6 +119,15 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
         ),
         guard_routes={CHAOS_PATH: None, "/docs": None, "/openapi.json": None},
         admission=AdmissionConfig(
+            # the adaptive limit never falls below what the lanes can run and queue:
+            # every worker busy and as many waiting. Under it the limiter would starve
+            # the workers (DOMAIN 7: "only N run on the GPU"), and it does get there
+            # on its own: a window of cache hits (a few ms) sets the no-contention
+            # baseline that generations (100+ ms) then always exceed, so the gradient
+            # shrinks the limit to its floor and a half-loaded service queues at
+            # admission (QueueWaitHigh on queue="admission").
+            min_limit=_admission_floor(cfg),
+            initial_limit=max(4, _admission_floor(cfg)),
             queue_size=cfg.queue_size,
             default_timeout=cfg.request_timeout,
             max_timeout=max(600.0, cfg.request_timeout),
@@ -152,6 +161,11 @@ async def _schema_error(request: Request, exc: Exception) -> Response:
     return error_response(signals.ErrorCode.INPUT_REJECTED, where or str(exc))
 
 
+def _admission_floor(cfg: DemoConfig) -> int:
+    """The lowest admission limit: both lanes' workers busy and one waiting per worker."""
+    return 2 * (cfg.workers + cfg.embedding_workers)
+
+
 def _add_model_routes(app: FastAPI, service: DemoService) -> None:
     cfg = service.config
 
@@ -167,7 +181,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
         if (hit := await asyncio.to_thread(service.cache.get, key)) is not None:
             return Response(hit, media_type="application/json", headers={"X-Cache": "hit"})
         try:
-            vectors, tokens, _ = await service.run(lambda: service.embed_sync(texts))
+            vectors, tokens, _ = await service.run_embedding(lambda: service.embed_sync(texts))
         except Exception as exc:
             return _failure(exc, "embeddings")
         payload = {

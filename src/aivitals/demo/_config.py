@@ -35,7 +35,10 @@ class DemoConfig:
 
     #: Worker threads that run model work off the event loop.
     workers: int = 2
-    #: Requests that may wait for a worker; beyond it the queue refuses.
+    #: Worker threads of the embeddings' own lane (pool "embeddings"): a cheap embedding
+    #: never waits behind a long generation in the "model" pool.
+    embedding_workers: int = 1
+    #: Requests that may wait for a worker (in each pool); beyond it the queue refuses.
     queue_size: int = 64
     #: torch intra-op threads per call (1 keeps workers from fighting on few cores).
     torch_threads: int = 1
@@ -85,7 +88,14 @@ class DemoConfig:
     registry: CollectorRegistry | None = None
 
     def __post_init__(self) -> None:
-        for name in ("workers", "queue_size", "torch_threads", "lm_layers", "lm_heads"):
+        for name in (
+            "workers",
+            "embedding_workers",
+            "queue_size",
+            "torch_threads",
+            "lm_layers",
+            "lm_heads",
+        ):
             _positive_int(name, getattr(self, name))
         for name in ("lm_width", "lm_context", "max_input_tokens", "max_new_tokens", "max_batch"):
             _positive_int(name, getattr(self, name))
@@ -143,6 +153,7 @@ class DemoConfig:
 
 _INTS = {
     "workers",
+    "embedding_workers",
     "queue_size",
     "torch_threads",
     "lm_layers",

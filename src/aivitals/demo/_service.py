@@ -67,6 +67,7 @@ class DemoService:
         )
         self.gpu: GpuAccount | None = None
         self._pool: InstrumentedExecutor | None = None
+        self._embed_pool: InstrumentedExecutor | None = None
         self._stuck = threading.Event()
         self._stuck.set()
         self._leak: list[bytearray] = []
@@ -95,6 +96,17 @@ class DemoService:
             max_queue=self.config.queue_size,
             registry=self.registry,
         )
+        # the embeddings' own lane: a 10 ms embedding behind two running generations
+        # would wait their whole length (separate queues, as serving stacks keep them)
+        self._embed_pool = InstrumentedExecutor(
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.config.embedding_workers,
+                thread_name_prefix="aivitals-demo-embed",
+            ),
+            name="embeddings",
+            max_queue=self.config.queue_size,
+            registry=self.registry,
+        )
         models = self.models()
         self.gpu = make_gpu_account(
             models.device,
@@ -110,8 +122,9 @@ class DemoService:
         self.ready = False
         self.faults.stop_all()
         self._stuck.set()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._embed_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         if self.gpu is not None:
             self.gpu.close()
         self.cache.close()
@@ -177,15 +190,23 @@ class DemoService:
         return self.pool.active
 
     async def run(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on a worker; refuse at once when the bounded queue is full."""
+        """Run ``fn`` on a model worker; refuse at once when the bounded queue is full."""
         future = self.submit(fn)
         return await asyncio.wrap_future(future)
 
-    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+    async def run_embedding(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in the embeddings' own pool (same refusal rule)."""
+        if self._embed_pool is None:
+            raise ServiceError("the demo service was not started")
+        return await asyncio.wrap_future(self.submit(fn, self._embed_pool))
+
+    def submit(
+        self, fn: Callable[[], T], pool: InstrumentedExecutor | None = None
+    ) -> concurrent.futures.Future[T]:
         # the copied context carries the request id and state into the worker's logs
         ctx = contextvars.copy_context()
         try:
-            return self.pool.submit(ctx.run, fn)
+            return (pool or self.pool).submit(ctx.run, fn)
         except PoolSaturated as exc:
             raise QueueFullError(str(exc)) from None
         except RuntimeError:

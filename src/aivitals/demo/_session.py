@@ -34,9 +34,6 @@ __all__ = [
     "preflight",
 ]
 
-#: Token caps of the replay: what the small demo model takes at interactive speed on a CPU.
-MAX_PROMPT_TOKENS = 256
-MAX_OUTPUT_TOKENS = 48
 #: The service's response cache TTL (seconds), which the prompt pool is sized against.
 CACHE_TTL = 300.0
 #: After a fault ends, what it stopped gets this long to come back before the watcher
@@ -73,13 +70,12 @@ class SessionOptions:
 def preflight(trace: str, port: int | None) -> list[Any]:
     """What must hold before anything starts: the trace loads, Redis exists, the port is free.
 
-    Returns the trace (token lengths capped for the demo model).
+    Returns the trace, its lengths scaled to the demo model (``_workload.scale_lengths``).
     """
     from ..load import load_trace
+    from ._workload import scale_lengths
 
-    rows = load_trace(
-        trace, max_prompt_tokens=MAX_PROMPT_TOKENS, max_output_tokens=MAX_OUTPUT_TOKENS
-    )
+    rows = scale_lengths(load_trace(trace))
     if len(rows) < 2:
         raise ConfigError(f"trace {trace!r}: {len(rows)} request(s); the replay needs at least 2")
     if shutil.which("redis-server") is None:
@@ -149,7 +145,7 @@ class DemoSession:
 
     def start(self) -> DemoSession:
         from ._streams import workload_streams
-        from ._workload import plan_workload
+        from ._workload import LENGTH_SCALE, plan_workload
 
         opts = self.options
         stack = self.stack
@@ -172,6 +168,7 @@ class DemoSession:
                 embeddings_rate=opts.embeddings_rate,
                 probe_seconds=opts.probe_seconds,
                 duration=opts.duration,
+                length_scale=LENGTH_SCALE,
             )
             self.say(self.workload.why())
             self.started = time.monotonic()

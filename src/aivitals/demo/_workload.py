@@ -1,5 +1,16 @@
 """The demo's workload: the Azure conversation trace at a rate the machine can carry.
 
+**Lengths.** The trace's prompt and output token counts are those of a
+production LLM (a median of about 1,000 prompt and 130 output tokens); the demo's
+random-weight GPT-2-shaped model runs on whatever the machine has, often a CPU,
+where one token costs milliseconds. Replayed as recorded, a completion takes a
+second or more, and at any useful rate requests queue for seconds: the alerts
+would be true of that service. So every length is multiplied by one constant,
+``LENGTH_SCALE`` (1/16), and clipped to ``MAX_PROMPT_TOKENS`` /
+``MAX_OUTPUT_TOKENS``: the relative distribution (short and long requests, the
+long tail) is the trace's, and a completion takes about 0.05-0.3 s on a CPU, as
+an answer from a real GPU server does. The view and ``why()`` say so.
+
 **Arrivals.** The trace's own send times, with its gaps stretched or shrunk by
 one factor (``time_scale``) so that its mean rate becomes the target rate; the
 burstiness of the real trace is kept. A replay shorter than the demo starts
@@ -28,6 +39,7 @@ cold cache starts lower). ``N`` is chosen so this lands on ``hit_ratio``
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,16 +55,27 @@ from ..load import (
 )
 
 __all__ = [
+    "LENGTH_SCALE",
+    "MAX_OUTPUT_TOKENS",
+    "MAX_PROMPT_TOKENS",
     "Capacity",
     "Workload",
     "expected_hit_ratio",
     "measure_capacity",
     "plan_workload",
     "pool_size_for",
+    "scale_lengths",
     "trace_rate",
     "zipf_weights",
 ]
 
+#: Every trace length is multiplied by this (see the module doc): a median completion of
+#: the trace (130 output tokens) becomes 8 tokens, its 99th percentile (600) 38.
+LENGTH_SCALE = 1 / 16
+#: Caps after scaling (they clip under 1 % of the azure-conv rows): what the demo model
+#: takes at interactive speed on a CPU.
+MAX_PROMPT_TOKENS = 256
+MAX_OUTPUT_TOKENS = 48
 #: A probe P50 above this (ms) means completions too slow for DOMAIN's absolute bounds.
 SLOW_COMPLETION_MS = 700.0
 #: The most distinct pool entries (only the entries drawn are ever built).
@@ -97,6 +120,27 @@ def pool_size_for(target: float, rate: float, ttl: float, s: float = 1.0) -> int
     return lo
 
 
+def scale_lengths(
+    trace: list[TraceRequest],
+    scale: float = LENGTH_SCALE,
+    *,
+    max_prompt: int = MAX_PROMPT_TOKENS,
+    max_output: int = MAX_OUTPUT_TOKENS,
+) -> list[TraceRequest]:
+    """The trace with every length times ``scale`` (rounded, at least 1, at most the caps);
+    the send times are unchanged."""
+    if not 0.0 < scale <= 1.0:
+        raise ConfigError(f"length scale {scale!r}: expected 0 < scale <= 1")
+    return [
+        TraceRequest(
+            t.at,
+            min(max_prompt, max(1, round(t.prompt_tokens * scale))),
+            min(max_output, max(1, round(t.max_tokens * scale))),
+        )
+        for t in trace
+    ]
+
+
 def trace_rate(trace: list[TraceRequest]) -> float:
     """Mean requests per second of a trace (as loaded, time_scale 1)."""
     if len(trace) < 2 or trace[-1].at <= 0:
@@ -114,15 +158,26 @@ class Capacity:
     completed: int
     p50_ms: float
     failed: int
+    #: what the embeddings stream run beside the probe completed per second (0: none)
+    alongside_rps: float = 0.0
 
 
 def measure_capacity(
-    url: str, specs: list[RequestSpec], *, concurrency: int, seconds: float, timeout: float
+    url: str,
+    specs: list[RequestSpec],
+    *,
+    concurrency: int,
+    seconds: float,
+    timeout: float,
+    alongside: LoadConfig | None = None,
 ) -> Capacity:
     """Closed loop at ``concurrency`` for ``seconds``: completions per second on this machine.
 
-    A probe that completes nothing, or fails most of its requests, means the
-    service cannot serve: ``ServiceError`` says what the client saw.
+    ``alongside`` (the embeddings stream at its own rate) runs at the same time, so
+    the probe measures the mix the replay sends: the completions' share of the CPU
+    is what is left beside the embeddings. A probe that completes nothing, or fails
+    most of its requests, means the service cannot serve: ``ServiceError`` says
+    what the client saw.
     """
     cfg = LoadConfig(
         url=url,
@@ -131,7 +186,28 @@ def measure_capacity(
         requests=tuple(specs),
         timeout=timeout,
     )
-    report = run_load(cfg)
+    side: list[Any] = []
+
+    def run_side(side_cfg: LoadConfig) -> None:
+        try:
+            side.append(run_load(side_cfg))
+        except Exception as exc:  # reported below, with the probe's own outcome
+            side.append(exc)
+
+    thread = None
+    if alongside is not None:
+        thread = threading.Thread(target=run_side, args=(alongside,), name="capacity-probe-side")
+        thread.start()
+    try:
+        report = run_load(cfg)
+    finally:
+        if thread is not None and alongside is not None:
+            thread.join(timeout=alongside.duration + alongside.timeout + 5.0)
+    if side and isinstance(side[0], Exception):
+        raise ServiceError(
+            f"the embeddings stream beside the capacity probe failed: "
+            f"{type(side[0]).__name__}: {side[0]}"
+        )
     if report.completed == 0 or report.failed > report.completed:
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
         raise ServiceError(
@@ -145,6 +221,7 @@ def measure_capacity(
         completed=report.completed,
         p50_ms=report.e2e.median_ms,
         failed=report.failed,
+        alongside_rps=side[0].request_throughput if side else 0.0,
     )
 
 
@@ -163,6 +240,8 @@ class Workload:
     embeddings_rps: float
     capacity: Capacity | None
     utilization: float
+    #: the factor the trace's token lengths were multiplied by (1: as recorded)
+    length_scale: float = 1.0
 
     def why(self) -> str:
         cap = self.capacity
@@ -171,7 +250,8 @@ class Workload:
         else:
             head = (
                 f"capacity probe: {cap.rps:.2f} completions/s with {cap.concurrency} in flight "
-                f"over {cap.seconds:g} s (P50 {cap.p50_ms:,.0f} ms); replaying at "
+                f"over {cap.seconds:g} s beside {cap.alongside_rps:.1f} embeddings/s "
+                f"(P50 {cap.p50_ms:,.0f} ms); replaying at "
                 f"{self.utilization:.0%} of it: {self.target_rps:.2f}/s"
             )
         if cap is not None and cap.p50_ms > SLOW_COMPLETION_MS:
@@ -182,8 +262,14 @@ class Workload:
                 "busy): waits behind it pass 1 s and QueueWaitHigh / InferenceLatencyHigh "
                 "may fire on this load]"
             )
+        lengths = (
+            "token lengths as recorded"
+            if self.length_scale == 1.0
+            else f"token lengths x1/{1 / self.length_scale:g} of the trace's"
+        )
         return (
             f"{head}; the trace's {self.trace_rps:.2f}/s with its gaps x{self.time_scale:.2f}; "
+            f"{lengths}; "
             f"prompts from a pool of {self.pool_size} (Zipf s={self.zipf_s:g}, expected "
             f"cache hits {self.expected_hit_ratio:.0%} once warm); embeddings "
             f"{self.embeddings_rps:g}/s"
@@ -239,9 +325,11 @@ def plan_workload(
     zipf_s: float = 1.0,
     seed: int = 0,
     draws: int = 20_000,
+    length_scale: float = 1.0,
 ) -> Workload:
     """Measure capacity (unless ``rate`` is given), then size the pools; see the module doc.
 
+    ``length_scale`` records what ``trace``'s lengths were multiplied by (for ``why``).
     With a ``duration``, the time scale is set on the part of the trace that run
     replays, so it sends ``rate * duration`` requests.
     """
@@ -254,12 +342,20 @@ def plan_workload(
         # distinct prompts (another seed than the pool's): the cache cannot flatter the probe
         probe_rng = random.Random(seed + 1)
         probe = _pick(trace, list(range(512)), _completion, probe_rng)
+        probe_emb = _pick(trace, list(range(512)), _embedding, probe_rng)
         capacity = measure_capacity(
             base + "/v1/completions",
             probe,
             concurrency=workers,
             seconds=probe_seconds,
             timeout=30.0,
+            alongside=LoadConfig(
+                url=base + "/v1/embeddings",
+                rate=embeddings_rate,
+                duration=probe_seconds,
+                requests=tuple(probe_emb),
+                timeout=30.0,
+            ),
         )
         rate = utilization * capacity.rps
     if not rate > 0:
@@ -295,4 +391,5 @@ def plan_workload(
         embeddings_rps=embeddings_rate,
         capacity=capacity,
         utilization=utilization,
+        length_scale=length_scale,
     )

@@ -28,7 +28,7 @@ from ._fast import FOLD_AT, PENDING, FastFamily, fold_pending, is_lean
 from ._labels import OTHER, CardinalityGuard
 from ._logging import LIFECYCLE, RequestLines, fast_lane, log_event
 from ._metrics import family
-from ._routes import UNMATCHED, RouteResolver
+from ._routes import UNMATCHED, RouteResolver, declared_routes
 from ._sinks import REQUEST_SINKS, notify
 
 __all__ = ["AivitalsMiddleware", "instrument"]
@@ -297,6 +297,8 @@ class AivitalsMiddleware:
         # paths handled off the instrumented path: one set test per request
         self._special = cfg.exclude_paths | ({cfg.metrics_path} if cfg.metrics_path else set())
         self._id_ok = re.compile(_ID_CHARS + b"{1,%d}\\Z" % cfg.max_request_id_length)
+        #: the declared routes' series exist (at zero) once this is True; see _declare
+        self._declared = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self._special:
@@ -384,6 +386,8 @@ class AivitalsMiddleware:
 
     async def _not_instrumented(self, scope: Scope, receive: Receive, send: Send) -> None:
         # lifespan, websockets, excluded paths, and the exposition itself
+        if not self._declared:
+            self._declare()
         metrics = self._metrics_app
         if metrics is not None and scope["type"] == "http" and scope["path"] == self._metrics_path:
             await metrics(scope, receive, send)
@@ -392,6 +396,8 @@ class AivitalsMiddleware:
 
     def _route_children(self, scope: Scope) -> _RouteChildren:
         # the first request of a (method, path), or any unmatched one
+        if not self._declared:
+            self._declare()
         method = scope["method"]
         if self._route_resolver is None:
             route = self._resolver.resolve(scope)
@@ -406,6 +412,29 @@ class AivitalsMiddleware:
         elif self._route_resolver is None and len(self._by_path) < _MAX_CHILD_KEYS:
             self._by_path[(method, scope["path"])] = children
         return children
+
+    def _declare(self) -> None:
+        """Create each declared route's request series at zero (2xx, status 200).
+
+        A service nobody has called yet then exports ``http_request_duration_seconds``
+        (count 0) instead of nothing, so "the service exports no HTTP metrics"
+        (``absent(...)``, ServiceMetricsAbsent) means a broken exporter or scrape,
+        not an idle service. Runs once, at the lifespan startup or the first
+        request (routes are complete by then), never on the hot path.
+        """
+        self._declared = True
+        if self._route_resolver is not None and not self.config.routes:
+            return  # a custom resolver's labels cannot be known in advance
+        try:
+            pairs = declared_routes(self.app, self.config.routes)
+        except Exception:  # an app we cannot walk: its series appear with its requests
+            return
+        for method, route in pairs:
+            if route in self._special or len(self._children) >= _MAX_CHILD_KEYS:
+                continue
+            children = self._children.get((method, route)) or self._new_children(method, route)
+            if 200 not in children.durations:
+                self._duration_child(children, 200)
 
     def _new_children(self, method: str, route: str) -> _RouteChildren:
         # first request of this (method, route): the raw pair maps onto the

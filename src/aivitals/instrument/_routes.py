@@ -12,10 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["UNMATCHED", "RouteResolver", "compile_template"]
+__all__ = ["UNMATCHED", "RouteResolver", "compile_template", "declared_routes"]
 
 #: The one label value every path no route matched is folded into.
 UNMATCHED = "<unmatched>"
+#: Methods a raw ASGI app's templates are declared under (it names no methods).
+TEMPLATE_METHODS = ("GET", "POST")
+#: The most (method, route) pairs declared at zero: a generated router of thousands
+#: of routes must not flood the exposition before its first request.
+MAX_DECLARED = 256
 
 _PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::([a-zA-Z_]+))?}")
 _CONVERTERS = {"str": "[^/]+", "path": ".*", "int": "[0-9]+", "float": r"[0-9]+(?:\.[0-9]+)?"}
@@ -64,6 +69,39 @@ class RouteResolver:
             if pattern.match(path):
                 return template
         return None
+
+
+def declared_routes(app: Any, templates: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The (method, route template) pairs ``app`` declares, HEAD left out.
+
+    Starlette/FastAPI routes give their own methods (mounts included, under
+    their prefix); a raw app's ``templates`` are declared under GET and POST.
+    At most ``MAX_DECLARED`` pairs; a route class we do not understand is skipped.
+    """
+    out: list[tuple[str, str]] = []
+    if templates:
+        out = [(m, t) for t in templates for m in TEMPLATE_METHODS]
+    else:
+        _walk(_find_routes(app) or [], "", 0, out)
+    return list(dict.fromkeys(out))[:MAX_DECLARED]
+
+
+def _walk(routes: list[Any], prefix: str, depth: int, out: list[tuple[str, str]]) -> None:
+    for route in list(routes):
+        if len(out) >= MAX_DECLARED:
+            return
+        path = getattr(route, "path", None)
+        if not isinstance(path, str):
+            continue
+        inner = getattr(route, "routes", None)
+        if isinstance(inner, list) and depth < _MAX_DEPTH:
+            _walk(inner, prefix + path, depth + 1, out)
+            continue
+        methods = getattr(route, "methods", None)
+        if not methods:
+            continue  # a websocket route, or one that takes every method
+        template = prefix + path if path else prefix or "/"
+        out.extend((str(m), template) for m in sorted(methods) if m != "HEAD")
 
 
 def _find_routes(app: Any) -> list[Any] | None:
