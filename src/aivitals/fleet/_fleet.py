@@ -508,7 +508,8 @@ class Fleet:
 
     def down(self) -> list[str]:
         """Stop every process of the fleet (by pid and start time); returns the names of those
-        that were running and had to be stopped. Idempotent. Removes the state file, and the workdir when the fleet made it."""
+        that were running and had to be stopped. Idempotent. Removes the state file, and the
+        workdir when the fleet made it."""
         with contextlib.suppress(Exception):
             atexit.unregister(self._atexit)
         stopped = stop_all(self.procs)
