@@ -4,6 +4,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from aivitals.chaos._procs import (
     RUN_ENV,
     kill_run_processes,
@@ -54,3 +56,32 @@ def test_spawn_starts_its_own_session() -> None:
         proc.kill()
         proc.wait()
     assert isinstance(proc, subprocess.Popen)
+
+
+def test_kill_tree_of_a_process_that_exits_while_looked_at_is_not_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Cleanup after a SIGKILLed runner met a helper that exited between
+    # psutil.Process(pid) and .children(): NoSuchProcess failed the whole cleanup.
+    import sys
+
+    import psutil
+
+    from aivitals.chaos import kill_tree, start_time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
+    started = start_time(proc.pid)
+
+    def vanished(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+        raise psutil.NoSuchProcess(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "children", vanished)
+    try:
+        assert kill_tree(proc.pid, started) is False
+        assert proc.wait(timeout=5) != 0  # its group got the signal all the same
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -95,7 +95,13 @@ def problems(driver: Any) -> list[str]:
 
 
 def open_page(driver: Any, url: str, page: str) -> None:
-    """``url``'s console at ``#/page``, once the console has its meta."""
+    """``url``'s console at ``#/page``, once the console has its meta.
+
+    The browser is shared between tests: the previous test's page keeps polling a
+    server that has since stopped, so its errors are left behind on a blank page
+    and drained, and ``problems`` then speaks of this page only."""
+    driver.get("about:blank")
+    driver.get_log("browser")
     driver.get(f"{url.rstrip('/')}/#/{page}")
     wait_until(
         lambda: driver.execute_script(

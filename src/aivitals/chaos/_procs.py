@@ -90,7 +90,15 @@ def kill_tree(pid: int, started: float | None, *, grace: float = 3.0) -> bool:
         return False
     if not same_process(pid, started):
         return False
-    procs = [root, *root.children(recursive=True)]
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        # It exited between the two looks (a helper whose parent was just killed):
+        # what may be left of its group still gets the signal, and it is gone.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        _reap(pid)
+        return False
     try:
         os.killpg(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
