@@ -22,6 +22,7 @@ def test_all_is_sorted_and_complete() -> None:
         "RangeSeries",
         "ResultType",
         "Store",
+        "parse_api_time",
         "parse_duration",
         "parse_time",
     }

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import BackendError, BackendTimeout, ConfigError, QueryError, StoreError
-from ..tsdb import QueryResult
+from ..tsdb import QueryResult, parse_api_time
 from ._config import parse_duration
 from ._exposition import CONTENT_TYPE, format_value
 
@@ -72,15 +72,9 @@ def _parse_time(key: str, text: str | None, default: float | None) -> float:
             raise _BadRequest(f"missing parameter {key!r}")
         return default
     try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            raise _BadRequest(f"{key}: {text!r} is not a unix time or RFC 3339 time") from None
-    if not math.isfinite(value):
-        raise _BadRequest(f"{key}: {text!r} is not finite")
-    return value
+        return parse_api_time(key, text)
+    except ConfigError as exc:
+        raise _BadRequest(str(exc)) from None
 
 
 def _alert_json(a: Any) -> Any:

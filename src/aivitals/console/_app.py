@@ -13,12 +13,12 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs
 
 from ..errors import AivitalsError, BackendError, BackendTimeout, ConfigError, QueryError
+from ..tsdb import parse_api_time
 from ._api import MAX_POINTS, instant_payload, meta_payload, range_payload, report_payload
 from ._source import Source, chart_diagnosis
 from ._static import load_static, resolve_static
@@ -81,18 +81,7 @@ def _error(status: int, kind: str, message: str) -> Response:
 def _time(query: Mapping[str, list[str]], key: str, default: float | None) -> float | None:
     values = query.get(key)
     text = values[-1] if values else ""
-    if text == "":
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            raise ConfigError(f"{key}: {text!r} is not a unix time or RFC 3339 time") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{key}: {text!r} is not finite")
-    return value
+    return default if text == "" else parse_api_time(key, text)
 
 
 def _static(rel: str, headers: Mapping[str, str]) -> Response:

@@ -53,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *a: Any) -> None:
-            pass
+            # http.server writes a line per request to stderr; the receiver's record
+            # is alerts.jsonl, and its stderr is the fleet's log of real failures.
+            return
 
         def do_POST(self) -> None:
             length = min(int(self.headers.get("Content-Length") or 0), _MAX_BODY)

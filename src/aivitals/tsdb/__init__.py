@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ._prometheus import PrometheusBackend
 from ._store import AppendStats, Store
-from ._time import DEFAULT_AGENT, parse_duration, parse_time
+from ._time import DEFAULT_AGENT, parse_api_time, parse_duration, parse_time
 from ._types import Backend, InstantSample, QueryResult, RangeSeries, ResultType
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "RangeSeries",
     "ResultType",
     "Store",
+    "parse_api_time",
     "parse_duration",
     "parse_time",
 ]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_AGENT", "parse_duration", "parse_time"]
+__all__ = ["DEFAULT_AGENT", "parse_api_time", "parse_duration", "parse_time"]
 
 #: Where ``aivitals agent`` listens by default: the backend when none is named.
 DEFAULT_AGENT = "http://127.0.0.1:9464"
@@ -48,4 +49,21 @@ def parse_time(name: str, text: str, now: float) -> float:
         raise ConfigError(f"{name}: not a time: {text!r} (epoch seconds, now, now-5m)") from None
     if not math.isfinite(value):
         raise ConfigError(f"{name}: not a time: {text!r}")
+    return value
+
+
+def parse_api_time(key: str, text: str) -> float:
+    """A time as the Prometheus HTTP API takes it: unix seconds or RFC 3339.
+
+    One parser for every HTTP API that answers in Prometheus's shapes (the agent's
+    and the console's), so both accept and refuse the same texts."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise ConfigError(f"{key}: {text!r} is not a unix time or RFC 3339 time") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}: {text!r} is not finite")
     return value
