@@ -197,3 +197,16 @@ def test_cli_list_prints_each_value_and_its_owner(capsys: pytest.CaptureFixture[
     touches = {t["when"]: t for t in rows["redis_down"]["touches"]}
     assert touches["method=1"]["starts_processes"] is True
     assert touches["method=0"]["starts_processes"] is False
+
+
+def test_strict_columns_name_real_alerts_and_no_expected_one_twice() -> None:
+    doc = yaml.safe_load(RULES.read_text())
+    names = {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    for info in FAULT_TABLE.values():
+        assert set(info.consequences) <= names, (info.name, set(info.consequences) - names)
+        # an expected alert is checked as such; listing it as a consequence would hide a miss
+        assert not set(info.consequences) & set(info.alerts), info.name
+    hurting = {n for n, i in FAULT_TABLE.items() if i.hurts_clients}
+    assert {"traffic_surge", "network_latency", "gpu_contention"} <= hurting
+    # faults that only build up or that the service absorbs need not hurt
+    assert not hurting & {"gpu_memory_leak", "process_memory_leak", "malformed_inputs"}

@@ -171,7 +171,7 @@ class Fault(abc.ABC):
         return self.info().description
 
     @property
-    def expected_signature(self) -> str:
+    def expected_signature(self) -> str | None:
         return self.info().signature
 
     @property

@@ -1,10 +1,20 @@
 """The fault table: one row per fault, the data ``validate`` checks against.
 
-``signature`` is the id the diagnosis must name as its top finding;
-``alerts`` are names from the shipped rule pack
-(``aivitals/alerts/rules/aivitals-rules.yml``) that should fire while the fault
-runs. An empty ``alerts`` means no signal the service side collects moves for
-that fault (the description says why) and only the diagnosis is checked.
+``signature`` is the id the diagnosis must name as its top finding, or None
+for a fault the knowledge base has no signature for: then the diagnosis's
+generic part must name ``layer`` and rank one of ``suspects`` (metric names)
+among its top three changed series. ``alerts`` are names from the shipped
+rule pack (``aivitals/alerts/rules/aivitals-rules.yml``) that should fire
+while the fault runs; an empty ``alerts`` means no signal the service side
+collects moves for that fault (the description says why) and only the
+diagnosis is checked.
+
+Strict validation reads two more columns. ``hurts_clients``: the fault must
+show in what the clients measure (P99 or errors); faults that only build up
+(a leak before it exhausts memory) or that the service absorbs (rejected bad
+inputs, idle connections) need not. ``consequences``: the other alerts the
+fault legitimately causes (a surge's 429s, an idle GPU behind a blocked event
+loop); any other P0/P1 alert that fires during the fault is a false alert.
 """
 
 from __future__ import annotations
@@ -18,9 +28,12 @@ __all__ = ["FAULT_TABLE", "FaultInfo"]
 class FaultInfo:
     name: str
     layer: str
-    signature: str
+    signature: str | None
     alerts: tuple[str, ...]
     description: str
+    hurts_clients: bool = False
+    consequences: tuple[str, ...] = ()
+    suspects: tuple[str, ...] = ()
 
 
 _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -149,7 +162,59 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
 )
 
+#: Faults the clients must feel: every request crosses what they slow or break.
+_HURTS_CLIENTS = frozenset(
+    {
+        "gpu_contention",  # every inference step slower
+        "event_loop_blocked",  # every request waits for the loop
+        "worker_pool_saturated",  # requests queue behind stuck workers
+        "network_loss",  # resends on the clients' link
+        "network_latency",  # delay on the clients' link
+        "traffic_surge",  # the normal clients queue behind the burst or get 429
+        "timeouts_not_aborting",  # abandoned work keeps the model busy
+        "cold_start",  # the next request pays the model load
+    }
+)
+
+#: Other alerts a fault legitimately causes, and why. The demo's model runs on the
+#: CPU, so work that would load a GPU loads the host's CPU here.
+_CONSEQUENCES: dict[str, tuple[str, ...]] = {
+    # over-long inputs are slow to process before they fail, and fill the device
+    "gpu_oom": ("GPUMemoryHigh", "InferenceLatencyHigh", "HostCPUSaturated"),
+    # a GPU that fell off the bus does no work while requests arrive
+    "gpu_xid": ("GPUUtilizationLow",),
+    # a slowed device is busy longer for the same work
+    "gpu_contention": ("GPUUtilizationHigh",),
+    # requests wait while the GPU idles: the very symptom of these two
+    "event_loop_blocked": ("GPUUtilizationLow",),
+    "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh"),
+    # a starved service leaves the device idle while requests are slow
+    "cpu_burn": ("GPUUtilizationLow",),
+    # the surge queues, waits, is refused, and keeps the model busy
+    "traffic_surge": ("QueueWaitHigh", "WorkerPoolSaturated", "GPUUtilizationHigh"),
+    # work the deadline did not stop keeps workers, model and CPU busy; admission refuses
+    "timeouts_not_aborting": (
+        "HTTP429RateHigh",
+        "HostCPUSaturated",
+        "InferenceLatencyHigh",
+        "WorkerPoolSaturated",
+        "QueueWaitHigh",
+        "QueueBacklog",
+    ),
+    # lost packets slow the blackbox probe too
+    "network_loss": ("ProbeLatencyHigh", "ProbeFailing"),
+}
+
 #: name -> FaultInfo; the signature id is the fault name for every fault.
 FAULT_TABLE: dict[str, FaultInfo] = {
-    name: FaultInfo(name, layer, name, alerts, desc) for name, layer, alerts, desc in _ROWS
+    name: FaultInfo(
+        name,
+        layer,
+        name,
+        alerts,
+        desc,
+        hurts_clients=name in _HURTS_CLIENTS,
+        consequences=_CONSEQUENCES.get(name, ()),
+    )
+    for name, layer, alerts, desc in _ROWS
 }
