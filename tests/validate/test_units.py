@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from aivitals.cli import cli
 from aivitals.errors import AlreadyRunning, ConfigError
 from aivitals.validate import Check, Report, RunLock, ScenarioResult, ValidateConfig
+from aivitals.validate._cases import PAIRS, Case, case
 from aivitals.validate._runner import _log_check
 from aivitals.validate._scenarios import SCENARIOS, scenario
 
@@ -103,7 +104,7 @@ def test_report_lines_and_json(tmp_path: Path) -> None:
     assert data["scenarios"][1]["skipped"] == "needs root"
     assert "0/1 scenarios passed" in data["summary"]
     md = r.to_markdown()
-    assert "| `gpu_oom` | model | FAIL | 1 |" in md
+    assert "| `gpu_oom` | model | FAIL | 1 |  |" in md
     assert "[fail] X did not fire" in md and "skipped: needs root" in md
 
 
@@ -193,7 +194,7 @@ def test_a_service_that_dies_is_reported_reverted_and_restarted(
     report = Report(quick=True)
     lines: list[str] = []
     config = ValidateConfig(quick=True)
-    _runner._run_all(stack, [SCENARIOS["gpu_xid"]], config, report, lines.append)
+    _runner._run_all(stack, [Case((SCENARIOS["gpu_xid"],))], config, report, lines.append)
     result = report.scenarios[0]
     assert not result.passed
     assert result.error is not None and "service is gone" in result.error
@@ -216,3 +217,157 @@ def test_param_overrides_are_checked_before_anything_starts() -> None:
         result = CliRunner().invoke(cli, ["validate", "--scenarios", "redis_down", "-p", bad])
         assert result.exit_code != 0
         assert "FAULT.KEY=VALUE" in str(result.exception), bad
+
+
+# --- cases: single faults and pairs -------------------------------------------------------
+
+
+def test_cases_name_one_fault_or_two_at_once() -> None:
+    from aivitals.validate._runner import cases_of
+
+    pair = case("redis_down+traffic_surge")
+    assert pair.is_pair and pair.faults == ("redis_down", "traffic_surge")
+    assert pair.name == "redis_down+traffic_surge"
+    for bad, why in (
+        ("a+b+c", "at most two"),
+        ("cpu_burn+cpu_burn", "same fault twice"),
+        ("cpu_burn+nope", "unknown scenario 'nope'"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            case(bad)
+    default = [c.name for c in cases_of(ValidateConfig(quick=True))]
+    assert default[: len(SCENARIOS)] == list(SCENARIOS)
+    assert default[len(SCENARIOS) :] == ["+".join(p) for p in PAIRS]
+    named = cases_of(ValidateConfig(scenarios=("gpu_oom", "cpu_burn+gpu_memory_leak")))
+    assert [c.name for c in named] == ["gpu_oom", "cpu_burn+gpu_memory_leak"]
+    # -p applies to a fault named inside a pair
+    cfg = ValidateConfig(
+        scenarios=("redis_down+traffic_surge",), params={"redis_down": {"method": 1}}
+    )
+    assert pair.params(True, cfg.params)["redis_down"]["method"] == 1
+    result = CliRunner().invoke(cli, ["validate", "--list"])
+    assert "cpu_burn+gpu_memory_leak" in result.output
+
+
+def test_parse_duration() -> None:
+    from aivitals.validate._cli import parse_duration
+
+    assert parse_duration("300") == 300.0
+    assert parse_duration("5m") == 300.0
+    assert parse_duration("1h") == 3600.0
+    assert parse_duration("90s") == 90.0
+    for bad in ("", "m", "five", "-5m", "0", "nan", "9999h"):
+        with pytest.raises(ConfigError, match="--soak"):
+            parse_duration(bad)
+    result = CliRunner().invoke(cli, ["validate", "--soak", "5m", "--scenarios", "cpu_burn"])
+    assert result.exit_code != 0 and "--soak runs no fault" in str(result.exception)
+
+
+# --- strict checks -------------------------------------------------------------------------
+
+
+class _Event:
+    def __init__(self, name: str, severity: str, state: str = "firing") -> None:
+        self.alertname, self.state, self.labels = name, state, {"severity": severity}
+        self.fired_at = 1.0
+
+
+class _Engine:
+    def __init__(self, events: list[_Event]) -> None:
+        self.events = events
+
+    def history(self, start: float | None = None) -> list[_Event]:
+        return self.events
+
+
+def _expect(*faults: str) -> object:
+    from aivitals.chaos import FAULT_TABLE
+    from aivitals.validate._runner import _Expect
+
+    return _Expect.of([FAULT_TABLE[f] for f in faults])
+
+
+def test_an_unlisted_paging_alert_fails_the_case() -> None:
+    from aivitals.validate._runner import _also_fired
+
+    class Stack:
+        engine = _Engine(
+            [
+                _Event("HTTP429RateHigh", "P1"),  # expected for a surge
+                _Event("QueueWaitHigh", "P0"),  # a listed consequence of a surge
+                _Event("ProbeLatencyHigh", "P2"),  # not paging
+                _Event("GPUMemoryHigh", "P1"),  # nothing of a surge: a false alert
+                _Event("DiskSaturated", "P1", state="pending"),  # never fired
+            ]
+        )
+
+    check = _also_fired(Stack(), _expect("traffic_surge"), 0.0)
+    assert check is not None and check.ok is False
+    assert check.data["false_paging"] == ["GPUMemoryHigh"]
+    assert check.data["consequences"] == ["QueueWaitHigh"]
+    assert "ProbeLatencyHigh [P2]" in check.text and "DiskSaturated" not in check.text
+    Stack.engine = _Engine([_Event("QueueWaitHigh", "P0"), _Event("ProbeLatencyHigh", "P2")])
+    ok = _also_fired(Stack(), _expect("traffic_surge"), 0.0)
+    assert ok is not None and ok.ok is None
+    # in a pair, either fault's consequences are allowed
+    Stack.engine = _Engine([_Event("GPUUtilizationLow", "P1")])
+    pair = _also_fired(Stack(), _expect("cpu_burn", "gpu_memory_leak"), 0.0)
+    assert pair is not None and pair.ok is None
+
+
+def test_the_diagnosis_must_hold_on_every_poll_after_it_first_names_the_fault() -> None:
+    from aivitals.validate._runner import _diagnosis_check, _Poll, _Watched
+
+    expect = _expect("gpu_oom")
+    w = _Watched(polls=[_Poll(5, False, "nothing"), _Poll(8, True, "gpu_oom 0.7")])
+    w.polls += [_Poll(11, True, "gpu_oom 0.7"), _Poll(14, True, "gpu_oom 0.8")]
+    ok = _diagnosis_check(w, expect)
+    assert ok.ok is True and ok.data["stable_share"] == 1.0 and ok.data["after_s"] == 8
+    w.polls.append(_Poll(17, False, "traffic_surge 0.9"))
+    flipped = _diagnosis_check(w, expect)
+    assert flipped.ok is False and flipped.data["stable_share"] == 0.75
+    assert "then traffic_surge 0.9 at 17 s (3 of 4 polls agreed)" in flipped.text
+    never = _diagnosis_check(_Watched(polls=[_Poll(5, False, "cpu_burn 0.9")]), expect)
+    assert never.ok is False and "never named gpu_oom" in never.text
+
+
+def test_a_pair_needs_both_signatures_in_the_top_three() -> None:
+    from aivitals.validate._runner import _matches
+
+    class F:
+        def __init__(self, sig: str) -> None:
+            self.signature, self.layer, self.confidence = sig, "x", 0.5
+
+    class D:
+        def __init__(self, *sigs: str) -> None:
+            self.findings = [F(s) for s in sigs]
+
+    pair = _expect("cpu_burn", "gpu_memory_leak")
+    assert _matches(D("gpu_memory_leak", "x", "cpu_burn"), pair)
+    assert not _matches(D("gpu_memory_leak", "x", "y", "cpu_burn"), pair)
+    assert not _matches(D(), pair)
+
+
+def test_impact_fails_only_for_a_fault_that_must_hurt_clients() -> None:
+    from aivitals.validate._runner import _impact
+
+    class E2E:
+        def __init__(self, p99: float) -> None:
+            self.p99_ms = p99
+
+    class R:
+        def __init__(self, p99: float) -> None:
+            self.e2e, self.sent, self.failed = E2E(p99), 20, 0
+
+    class Phase:
+        def __init__(self, p99: float) -> None:
+            self.reports, self.errors = {"completions": R(p99)}, []
+
+    calm, same, slow = Phase(100), Phase(105), Phase(900)
+    assert _impact(calm, same, _expect("gpu_contention")).ok is False
+    assert "must feel" in _impact(calm, same, _expect("gpu_contention")).text
+    assert _impact(calm, slow, _expect("gpu_contention")).ok is True
+    assert _impact(calm, same, _expect("gpu_memory_leak")).ok is None
+    missing = Phase(0)
+    missing.reports = {}
+    assert _impact(calm, missing, _expect("network_latency")).ok is False

@@ -20,7 +20,29 @@ __all__ = ["validate"]
     "--scenarios",
     default=None,
     metavar="A,B,C",
-    help="Comma-separated fault names (default: every fault this machine can host).",
+    help=(
+        "Comma-separated faults, or two at once joined by + (redis_down+traffic_surge); "
+        "default: every fault this machine can host, then the validated pairs."
+    ),
+)
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Run every fault at three severities (threshold, moderate, severe).",
+)
+@click.option(
+    "--soak",
+    "soak",
+    default=None,
+    metavar="DURATION",
+    help="No fault: the demo stack under a swinging replayed load for DURATION "
+    "(300, 5m, 1h); passes with zero P0/P1 alerts and a healthy diagnosis at every poll.",
+)
+@click.option(
+    "--record",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Save each case's window as a snapshot with its label in this directory.",
 )
 @click.option(
     "--report",
@@ -65,6 +87,9 @@ __all__ = ["validate"]
 def validate(
     quick: bool,
     scenarios: str | None,
+    sweep: bool,
+    soak: str | None,
+    record: Path | None,
     report_path: Path,
     markdown_path: Path | None,
     baseline: float | None,
@@ -77,8 +102,10 @@ def validate(
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
 
-    Prints one line per check ([ok] / [fail] / [info]), writes a JSON report
-    and exits 1 when any check failed.
+    Strict: clients must feel the faults that hurt them, no unlisted P0/P1 alert
+    may fire, and the diagnosis must keep naming the fault on every poll after
+    it first does. Prints one line per check ([ok] / [fail] / [info]), writes a
+    JSON report and exits 1 when any check failed.
     """
     from ._config import ValidateConfig
     from ._runner import run_validate
@@ -88,8 +115,16 @@ def validate(
         for name, s in SCENARIOS.items():
             why = hostable(s)
             click.echo(f"{name:<24} {'can run here' if why is None else 'skipped: ' + why}")
+        from ._cases import PAIRS
+
+        for pair in PAIRS:
+            whys = [w for w in (hostable(SCENARIOS[f]) for f in pair) if w]
+            text = "can run here" if not whys else "skipped: " + "; ".join(whys)
+            click.echo(f"{'+'.join(pair):<24} {text} (two faults at once)")
         return
     names = _names(scenarios)
+    if soak is not None and (names or sweep or params):
+        raise ConfigError("--soak runs no fault: it takes no --scenarios, --sweep or --param")
     config = ValidateConfig(
         quick=quick,
         scenarios=names,
@@ -100,8 +135,16 @@ def validate(
         workdir=workdir,
         gpu=gpu,
         params=_params(params),
+        sweep=sweep,
+        record=record,
     )
-    report = run_validate(config, echo=lambda line: click.echo(line))
+    report: Any
+    if soak is not None:
+        from ._soak import run_soak
+
+        report = run_soak(config, parse_duration(soak), echo=lambda line: click.echo(line))
+    else:
+        report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,8 +176,22 @@ def _names(text: str | None) -> tuple[str, ...] | None:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
         raise ConfigError(f"--scenarios={text!r}: name at least one fault")
-    from ._scenarios import scenario
+    from ._cases import case
 
     for n in names:
-        scenario(n)
+        case(n)
     return names
+
+
+def parse_duration(text: str) -> float:
+    """``300``, ``300s``, ``5m`` or ``1h`` as seconds; ConfigError otherwise."""
+    raw = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(raw[-1:])
+    number = raw[:-1] if scale is not None else raw
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ConfigError(f"--soak {text!r}: expected a duration like 300, 5m or 1h") from None
+    if not (seconds == seconds and 0 < seconds <= 7 * 86400):
+        raise ConfigError(f"--soak {text!r}: expected more than 0 s and at most a week")
+    return seconds

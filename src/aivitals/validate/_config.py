@@ -26,6 +26,11 @@ class ValidateConfig:
     revert and at most ``recover_max`` seconds for the alerts to resolve.
     Unset phase lengths take the full or quick defaults. ``params`` overrides
     a scenario's fault parameters: ``{"redis_down": {"method": 1}}``.
+
+    ``scenarios`` names faults or pairs (``"redis_down+traffic_surge"``); unset,
+    every fault and the listed pairs run. ``sweep`` runs every fault at its three
+    severities (threshold, moderate, severe) instead. ``record`` saves each
+    case's window as a snapshot with its label in that directory.
     """
 
     quick: bool = False
@@ -41,6 +46,8 @@ class ValidateConfig:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: "sim" (the simulated GPU), "nvml" (a real CUDA GPU, models on it), or "auto"
     gpu: str = "auto"
+    sweep: bool = False
+    record: Path | None = None
 
     def __post_init__(self) -> None:
         if self.gpu not in ("auto", "sim", "nvml"):
@@ -58,11 +65,17 @@ class ValidateConfig:
             )
         if self.scenarios is not None and not self.scenarios:
             raise ConfigError("scenarios: empty; name at least one or leave it unset for all")
+        if self.scenarios is not None:
+            from ._cases import case
+
+            for name in self.scenarios:
+                case(name)
+        named = {f for n in self.scenarios or () for f in n.split("+")}
         for fault, values in self.params.items():
             from ..chaos import get_fault
 
             cls = get_fault(fault)
-            if self.scenarios is not None and fault not in self.scenarios:
+            if self.scenarios is not None and fault not in named:
                 raise ConfigError(f"params: {fault!r} is not among the scenarios being run")
             unknown = sorted(set(values) - set(cls.params)) if not cls.free_params else []
             if unknown:

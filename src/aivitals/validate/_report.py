@@ -27,14 +27,25 @@ class Check:
 
 @dataclass(slots=True)
 class ScenarioResult:
+    """One case: ``fault`` is its name (``gpu_oom``, ``cpu_burn+gpu_memory_leak``,
+    ``gpu_contention@threshold``); ``faults`` what it injected; ``signature`` None
+    for a pair or a fault the knowledge base does not know. The phase times are
+    epoch seconds (baseline start, injection, revert)."""
+
     fault: str
     layer: str
-    signature: str
+    signature: str | None
     started_at: float
     checks: list[Check] = field(default_factory=list)
     ended_at: float | None = None
     skipped: str | None = None
     error: str | None = None
+    faults: list[str] = field(default_factory=list)
+    severity: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    t_baseline: float | None = None
+    t_fault: float | None = None
+    t_revert: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -91,13 +102,16 @@ class Report:
             "",
             f"Run {when}, mode `{mode}`: **{self.summary()}**.",
             "",
-            "| fault | layer | result | failed checks |",
-            "|---|---|---|---|",
+            "| case | layer | result | failed checks | diagnosis stable |",
+            "|---|---|---|---|---|",
         ]
         for s in self.scenarios:
             verdict = "skipped" if s.skipped else ("pass" if s.passed else "FAIL")
             failed = sum(c.ok is False for c in s.checks) + (1 if s.error else 0)
-            out.append(f"| `{s.fault}` | {s.layer} | {verdict} | {failed} |")
+            data = next((c.data for c in s.checks if c.name == "diagnosis"), {})
+            share = data.get("stable_share")
+            stable = "" if share is None else f"{share:.0%} of {data.get('polls_after', 0)}"
+            out.append(f"| `{s.fault}` | {s.layer} | {verdict} | {failed} | {stable} |")
         for s in self.scenarios:
             took = f", {s.ended_at - s.started_at:.0f} s" if s.ended_at else ""
             out += ["", f"## {s.fault} ({s.layer} layer{took})", ""]

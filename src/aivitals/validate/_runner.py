@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import promql_parser
 
 from ..errors import AivitalsError
+from ._cases import PAIRS, Case, case
 from ._config import ValidateConfig
 from ._load import LoadPhase, LoadPlan
 from ._lock import RunLock
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
-from ._scenarios import SCENARIOS, Scenario, hostable, scenario
+from ._scenarios import SCENARIOS, Scenario, hostable
 
-__all__ = ["LOG_FIELDS", "run_validate"]
+__all__ = ["LOG_FIELDS", "cases_of", "run_validate"]
 
 #: the structured fields every error log line must carry (DOMAIN section 6)
 LOG_FIELDS = ("request_id", "model_version", "input_token_count", "gpu_device_id", "error_code")
@@ -37,9 +39,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
     """
     from ..demo import Stack, StackConfig
 
-    chosen = (
-        [scenario(n) for n in config.scenarios] if config.scenarios else list(SCENARIOS.values())
-    )
+    chosen = cases_of(config)
     with RunLock(config.lock_path):
         report = Report(quick=config.quick)
         stack = Stack(
@@ -72,6 +72,26 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
 #: cache rates ramp up from zero for several seconds, and a 4 s baseline taken on
 #: that ramp made the first scenario's fault look like a traffic surge.
 QUICK_WARM_UP_S = 15.0
+
+
+def cases_of(config: ValidateConfig) -> list[Case]:
+    """The cases a run makes, in order: the named ones, else every fault then the pairs;
+    a sweep runs each single fault at every severity (a named pair at its own values)."""
+    if config.scenarios:
+        base = [case(n) for n in config.scenarios]
+    else:
+        base = [Case((s,)) for s in SCENARIOS.values()]
+        if not config.sweep:
+            base += [Case(tuple(SCENARIOS[f] for f in pair)) for pair in PAIRS]
+    if not config.sweep:
+        return base
+    from ._severity import SEVERITIES
+
+    return [
+        Case(c.scenarios, sev) if not c.is_pair else c
+        for c in base
+        for sev in (SEVERITIES if not c.is_pair else (None,))
+    ]
 
 
 def _warm_up(stack: Any, config: ValidateConfig, echo: Echo) -> None:
@@ -110,7 +130,7 @@ def _environment(stack: Any) -> dict[str, Any]:
 
 
 def _run_all(
-    stack: Any, chosen: list[Scenario], config: ValidateConfig, report: Report, echo: Echo
+    stack: Any, chosen: list[Case], config: ValidateConfig, report: Report, echo: Echo
 ) -> None:
     from ..chaos import FAULT_TABLE, ChaosRunner
 
@@ -119,25 +139,27 @@ def _run_all(
             report.environment["chaos_run"] = runner.run.run_id
         if stack.ledger is not None:
             report.environment["stack_ledger"] = stack.ledger.run_id
-        for s in chosen:
-            info = FAULT_TABLE.get(s.fault)
+        for c in chosen:
+            infos = [FAULT_TABLE[f] for f in c.faults]
             result = ScenarioResult(
-                s.fault,
-                info.layer if info else "?",
-                info.signature if info else s.fault,
+                c.name,
+                "+".join(dict.fromkeys(i.layer for i in infos)),
+                None if c.is_pair else infos[0].signature,
                 time.time(),
+                faults=list(c.faults),
+                severity=c.severity,
             )
             report.scenarios.append(result)
-            why = hostable(s)
+            why = next((w for w in map(hostable, c.scenarios) if w is not None), None)
             if why is not None:
                 result.skipped = why
-                echo(f"\n== {s.fault}: skipped ({why})")
+                echo(f"\n== {c.name}: skipped ({why})")
                 continue
-            echo(f"\n== {s.fault} ({result.layer} layer): {info.description if info else ''}")
+            what = " + ".join(i.description for i in infos)
+            echo(f"\n== {c.name} ({result.layer} layer): {what}")
             try:
-                _scenario(
-                    stack, runner, s, tuple(info.alerts) if info else (), config, result, echo
-                )
+                result.params = c.params(config.quick, config.params)
+                _scenario(stack, runner, c, infos, config, result, echo)
             except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
@@ -147,8 +169,54 @@ def _run_all(
                 if errors:
                     echo(result.add(_revert_check(errors, [])).line())
                 result.ended_at = time.time()
+            if config.record is not None:
+                _record(stack, config, c, infos, result, echo)
             if not stack.service.alive():
                 _restart(stack, result, echo)
+
+
+def _record(
+    stack: Any,
+    config: ValidateConfig,
+    c: Case,
+    infos: list[Any],
+    result: ScenarioResult,
+    echo: Echo,
+) -> None:
+    """Save the case's window (baseline to the end of the recovery) with its label."""
+    if result.t_baseline is None or config.record is None:
+        return
+    from ._record import save_recording
+
+    unknown = [i for i in infos if i.signature is None]
+    label = {
+        "name": c.name,
+        "kind": "pair" if c.is_pair else ("unknown" if unknown else "fault"),
+        "faults": list(c.faults),
+        "expected": [i.signature for i in infos if i.signature is not None],
+        "layer": None if c.is_pair else infos[0].layer,
+        "suspects": sorted({m for i in infos for m in i.suspects}),
+        "severity": c.severity,
+        "params": result.params,
+        "t_baseline": result.t_baseline,
+        "t_fault": result.t_fault,
+        "t_revert": result.t_revert,
+        "quick": config.quick,
+        "tick": stack.config.tick,
+        "passed": result.passed,
+    }
+    try:
+        path = save_recording(
+            stack.agent.store,
+            config.record,
+            label,
+            start=result.t_baseline,
+            end=result.ended_at or time.time(),
+        )
+    except Exception as exc:  # a failed recording is reported; the check results stand
+        echo(result.add(Check("recorded", False, f"recording failed: {exc}")).line())
+        return
+    echo(result.add(Check("recorded", None, f"recorded to {path}", {"path": str(path)})).line())
 
 
 def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
@@ -167,56 +235,78 @@ def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
 def _scenario(
     stack: Any,
     runner: Any,
-    s: Scenario,
-    alerts: tuple[str, ...],
+    c: Case,
+    infos: list[Any],
     config: ValidateConfig,
     result: ScenarioResult,
     echo: Echo,
 ) -> None:
     plan = LoadPlan()
+    expect = _Expect.of(infos)
     stack.service.wait_ready(60.0)
-    t_base = time.time()
-    base = _steady_load(stack.service.url, plan, _baseline(config, s))
+    t_base = result.t_baseline = time.time()
+    base = _steady_load(stack.service.url, plan, max(_baseline(config, s) for s in c.scenarios))
 
     log_offset = _size(stack.service.log_path)
-    params = {**(s.quick_params if config.quick else s.params), **config.params.get(s.fault, {})}
-    fault_max = _fault_max(config, s)
+    fault_max = max(_fault_max(config, s) for s in c.scenarios)
     span = fault_max + config.phase("recover_max") + 60
-    t_fault = time.time()
-    # a fresh context: an earlier scenario may have replaced the stack's Redis
-    active = runner.start(s.fault, duration=span, context=stack.fault_context(), **params)
-    stack.probe_via(active.client_url)  # the agent's probe takes the clients' path
+    t_fault = result.t_fault = time.time()
+    # a fresh context for each: an earlier scenario may have replaced the stack's Redis
+    actives = [
+        runner.start(f, duration=span, context=stack.fault_context(), **result.params[f])
+        for f in c.faults
+    ]
+    # the clients' path: a fault that moves them (a lossy link, a delaying proxy) wins
+    paths = [a.client_url for a in actives if a.client_url]
+    client_url = next((u for u in paths if u != stack.service.url), None) or stack.service.url
+    stack.probe_via(client_url)  # the agent's probe takes the clients' path
     phase = LoadPhase(
-        active.client_url or stack.service.url,
+        client_url,
         plan,
-        allow_hosts=tuple(active.allow_hosts),
-        impatient=s.impatient_client,
+        allow_hosts=tuple(h for a in actives for h in a.allow_hosts),
+        impatient=any(s.impatient_client for s in c.scenarios),
     ).start(max_seconds=fault_max + 60)
     try:
-        fired, diagnosis, matched_at = _watch(
-            stack, alerts, t_base, t_fault, fault_max, config, result
-        )
+        watch = _watch(stack, expect, t_base, t_fault, fault_max, config)
     finally:
         phase.stop()
     t_end = time.time()
 
-    for check in (
-        _impact(base, phase),
-        *_alert_checks(stack, alerts, fired, t_fault, t_end, fault_max),
-        _also_fired(stack, alerts, t_fault),
-        _diagnosis_check(diagnosis, result, t_fault, matched_at),
-        _log_check(stack.service.log_path, log_offset, s),
-    ):
+    checks: list[Check | None] = [
+        _impact(base, phase, expect),
+        *_alert_checks(stack, expect.alerts, watch.fired, t_fault, t_end, fault_max),
+        _also_fired(stack, expect, t_fault),
+        _diagnosis_check(watch, expect),
+        *(_log_check(stack.service.log_path, log_offset, s) for s in c.scenarios),
+    ]
+    if c.severity is not None:
+        from ._severity import reached
+
+        for f in c.faults:
+            checks.append(
+                reached(
+                    stack,
+                    f,
+                    c.severity,
+                    result.params[f],
+                    quick=config.quick,
+                    t_fault=t_fault,
+                    t_end=t_end,
+                )
+            )
+    for check in checks:
         if check is not None:
             echo(result.add(check).line())
     if not stack.service.alive():
         return
 
     stack.probe_via(None)
-    errors = runner.stop(active)
-    if errors or active.fault.replacements:
-        echo(result.add(_revert_check(errors, active.fault.replacements)).line())
-    _recover(stack, alerts, config, result, echo, fired)
+    result.t_revert = time.time()
+    for active in actives:
+        errors = runner.stop(active)
+        if errors or active.fault.replacements:
+            echo(result.add(_revert_check(errors, active.fault.replacements)).line())
+    _recover(stack, expect, config, result, echo, watch.fired, t_fault)
 
 
 def _revert_check(errors: list[str], replacements: list[Any]) -> Check:
@@ -240,23 +330,96 @@ def _fault_max(config: ValidateConfig, s: Scenario) -> float:
     return config.phase("fault_max")
 
 
+@dataclass(frozen=True, slots=True)
+class _Expect:
+    """What a case expects, from its faults' rows of the fault table."""
+
+    alerts: tuple[str, ...]
+    #: alerts that may fire as a consequence (not false alerts)
+    allowed: frozenset[str]
+    signatures: tuple[str, ...]
+    #: the layer the top finding must name (single faults only)
+    layer: str | None
+    #: metric names one of which ``rank_changes`` must rank in its top three (unknown faults)
+    suspects: tuple[str, ...]
+    hurts_clients: bool
+    faults: tuple[str, ...]
+
+    @classmethod
+    def of(cls, infos: list[Any]) -> _Expect:
+        alerts = tuple(dict.fromkeys(a for i in infos for a in i.alerts))
+        return cls(
+            alerts=alerts,
+            allowed=frozenset(alerts) | {a for i in infos for a in i.consequences},
+            signatures=tuple(i.signature for i in infos if i.signature is not None),
+            layer=infos[0].layer if len(infos) == 1 else None,
+            suspects=tuple(dict.fromkeys(m for i in infos for m in i.suspects)),
+            hurts_clients=any(i.hurts_clients for i in infos),
+            faults=tuple(i.name for i in infos),
+        )
+
+    @property
+    def unknown(self) -> bool:
+        return not self.signatures
+
+    def describe(self) -> str:
+        if self.unknown:
+            return f"the {self.layer} layer, with {' or '.join(self.suspects)} in the top three"
+        if len(self.faults) > 1:
+            return f"{' and '.join(self.signatures)} in the top three"
+        return f"{self.signatures[0]} ({self.layer} layer) first"
+
+
+@dataclass(frozen=True, slots=True)
+class _Poll:
+    """One look at the diagnosis during the fault: seconds after the injection,
+    whether it named what the case expects, and what it named."""
+
+    after_s: float
+    matched: bool
+    named: str
+
+
+@dataclass(slots=True)
+class _Watched:
+    fired: dict[str, float] = field(default_factory=dict)
+    polls: list[_Poll] = field(default_factory=list)
+    #: the last diagnosis (or the exception it raised)
+    diagnosis: Any = None
+
+    @property
+    def first_match(self) -> int | None:
+        return next((i for i, p in enumerate(self.polls) if p.matched), None)
+
+    def stable_polls_since_match(self) -> int:
+        first = self.first_match
+        return 0 if first is None else len(self.polls) - first - 1
+
+
+#: Polls of the diagnosis after it first names the fault before the fault phase may
+#: end early: a finding that flips on the next look is not a diagnosis to act on.
+STABLE_POLLS = 3
+
+
+def _poll_every(config: ValidateConfig) -> float:
+    return 3.0 if config.quick else 10.0
+
+
 def _watch(
     stack: Any,
-    alerts: tuple[str, ...],
+    expect: _Expect,
     t_base: float,
     t_fault: float,
     fault_max: float,
     config: ValidateConfig,
-    result: ScenarioResult,
-) -> tuple[dict[str, float], Any, float | None]:
-    """Poll alerts each second and the diagnosis every 3 s until all is caught or time is up.
+) -> _Watched:
+    """Poll alerts each second and the diagnosis every few seconds until the fault
+    is caught and the diagnosis has held for ``STABLE_POLLS`` more polls, or time is up.
 
-    Returns the alerts that fired (seconds after the fault), the diagnosis to
-    judge (the first that named the fault, else the last) and when it was made.
+    Every poll is kept: the diagnosis check requires the last one and every one
+    after the first match to agree. The fault phase's last poll is taken at its end.
     """
-    fired: dict[str, float] = {}
-    diagnosis: Any = None
-    matched_at: float | None = None
+    w = _Watched()
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
     while time.time() < deadline:
@@ -264,19 +427,38 @@ def _watch(
         if not stack.service.alive():
             break
         for ev in stack.engine.history(start=t_fault):
-            if ev.state == "firing" and ev.alertname in alerts and ev.fired_at:
-                fired.setdefault(ev.alertname, ev.fired_at - t_fault)
+            if ev.state == "firing" and ev.alertname in expect.alerts and ev.fired_at:
+                w.fired.setdefault(ev.alertname, ev.fired_at - t_fault)
         now = time.time()
-        if now >= next_diag and matched_at is None:
-            diagnosis = _safe_diagnose(stack, t_base, now)
-            next_diag = now + 3.0
-            if _matches(diagnosis, result):
-                matched_at = now - t_fault
-        if set(fired) >= set(alerts) and matched_at is not None:
+        if now >= next_diag:
+            _poll(stack, expect, w, t_base, t_fault, now)
+            next_diag = time.time() + _poll_every(config)
+        caught = set(w.fired) >= set(expect.alerts) and w.first_match is not None
+        if caught and w.stable_polls_since_match() >= STABLE_POLLS:
             break
-    if diagnosis is None:
-        diagnosis = _safe_diagnose(stack, t_base, time.time())
-    return fired, diagnosis, matched_at
+    if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
+        _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
+    return w
+
+
+def _poll(
+    stack: Any, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
+) -> None:
+    w.diagnosis = _safe_diagnose(stack, t_base, now)
+    if expect.unknown:
+        matched, named = _generic_matches(stack, expect, t_base, t_fault, now)
+    else:
+        matched, named = _matches(w.diagnosis, expect), _named(w.diagnosis)
+    w.polls.append(_Poll(now - t_fault, matched, named))
+
+
+def _named(diagnosis: Any) -> str:
+    if isinstance(diagnosis, Exception):
+        return f"error: {type(diagnosis).__name__}: {diagnosis}"
+    findings = list(getattr(diagnosis, "findings", ()))[:3]
+    if not findings:
+        return "nothing"
+    return ", ".join(f"{f.signature} {f.confidence:.2f}" for f in findings)
 
 
 def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
@@ -289,21 +471,47 @@ def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
         return exc
 
 
-def _matches(diagnosis: Any, result: ScenarioResult) -> bool:
-    top = getattr(diagnosis, "top", None)
-    return (
-        top is not None
-        and str(top.signature) == result.signature
-        and str(top.layer).lower() == result.layer
-    )
+def _matches(diagnosis: Any, expect: _Expect) -> bool:
+    """A single fault: its signature and layer first. A pair: both in the top three."""
+    findings = list(getattr(diagnosis, "findings", ()))
+    if not findings:
+        return False
+    if len(expect.signatures) > 1:
+        top3 = {str(f.signature) for f in findings[:3]}
+        return set(expect.signatures) <= top3
+    top = findings[0]
+    return str(top.signature) == expect.signatures[0] and str(top.layer).lower() == expect.layer
 
 
-def _impact(base: LoadPhase, fault: LoadPhase) -> Check:
+def _generic_matches(
+    stack: Any, expect: _Expect, t_base: float, t_fault: float, now: float
+) -> tuple[bool, str]:
+    """A fault no signature knows: the generic ranking of what changed between the
+    baseline and the fault must name its layer first and a suspect in its top three."""
+    from ..diagnose import rank_changes
+
+    try:
+        ranking = rank_changes(
+            stack.agent.store, baseline=(t_base, t_fault), incident=(t_fault, now)
+        )
+    except Exception as exc:  # reported as this poll's answer; the run goes on
+        return False, f"rank_changes failed: {type(exc).__name__}: {exc}"
+    top3 = [ch.metric for ch in ranking.changes[:3]]
+    named = f"layer {ranking.top_layer}; top changes: {', '.join(top3) or 'none'}"
+    ok = ranking.top_layer == expect.layer and bool(set(top3) & set(expect.suspects))
+    return ok, named
+
+
+def _impact(base: LoadPhase, fault: LoadPhase, expect: _Expect) -> Check:
+    """What the clients saw. A fault the table says must hurt them fails when nothing moved."""
+    must = expect.hurts_clients
     b = base.reports.get("completions")
     f = fault.reports.get("completions")
     if b is None or f is None:
         errors = "; ".join(base.errors + fault.errors) or "no report"
-        return Check("impact", None, f"client-side load report missing ({errors})")
+        return Check(
+            "impact", False if must else None, f"client-side load report missing ({errors})"
+        )
     p99b, p99f = b.e2e.p99_ms / 1000, f.e2e.p99_ms / 1000
     errb, errf = _error_rate(base), _error_rate(fault)
     moved = (p99b == p99b and p99f == p99f and p99f > 1.2 * p99b) or errf > errb + 0.01
@@ -311,13 +519,19 @@ def _impact(base: LoadPhase, fault: LoadPhase) -> Check:
         f"P99 {fmt_ms(p99b)} -> {fmt_ms(p99f)}{fmt_change(p99b, p99f)}, "
         f"errors {errb:.1%} -> {errf:.1%} (client side, {f.sent} requests)"
     )
+    if must and not moved:
+        text = f"clients must feel this fault but did not: {text}"
+    elif not must:
+        text += "; this fault need not hurt clients"
     data = {
         "p99_before_s": p99b,
         "p99_during_s": p99f,
         "errors_before": errb,
         "errors_during": errf,
+        "must_hurt": must,
+        "moved": moved,
     }
-    return Check("impact", True if moved else None, text, data)
+    return Check("impact", moved if must else None, text, data)
 
 
 def _error_rate(phase: LoadPhase) -> float:
@@ -403,50 +617,69 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _also_fired(stack: Any, alerts: tuple[str, ...], t_fault: float) -> Check | None:
-    other = sorted(
-        {e.alertname for e in stack.engine.history(start=t_fault) if e.state == "firing"}
-        - set(alerts)
-    )
-    if not other:
-        return None
-    return Check("other_alerts", None, f"also fired: {', '.join(other)}", {"alerts": other})
+#: Severities whose unexpected firing fails a case: they page someone.
+PAGING = ("P0", "P1")
 
 
-def _diagnosis_check(
-    diagnosis: Any, result: ScenarioResult, t_fault: float, matched_at: float | None
-) -> Check:
-    expected = f"{result.signature} ({result.layer} layer)"
-    if isinstance(diagnosis, Exception):
-        return Check(
-            "diagnosis", False, f"the diagnosis failed: {type(diagnosis).__name__}: {diagnosis}"
-        )
-    top = getattr(diagnosis, "top", None)
-    if top is None:
-        return Check("diagnosis", False, f"the diagnosis found nothing; expected {expected}")
-    ranked = [f"{f.signature} {f.confidence:.2f}" for f in list(diagnosis.findings)[:3]]
-    data = {
-        "top": top.signature,
-        "layer": str(top.layer),
-        "confidence": top.confidence,
-        "ranked": ranked,
+def _also_fired(stack: Any, expect: _Expect, t_fault: float) -> Check | None:
+    """Alerts that fired during the fault beyond the expected ones. A paging (P0/P1)
+    alert the fault table does not list as a consequence is a false alert: a fail."""
+    fired = {
+        e.alertname: e.labels.get("severity", "")
+        for e in stack.engine.history(start=t_fault)
+        if e.state == "firing" and e.alertname not in expect.alerts
     }
-    first = ""
-    if top.first_deviation is not None:
-        first = f", first deviation {top.first_deviation - t_fault:+.0f} s from the fault"
-    if _matches(diagnosis, result):
-        when = "" if matched_at is None else f", {matched_at:.0f} s after the fault"
-        data["after_s"] = matched_at
-        text = (
-            f"diagnosis: {top.signature} ({top.layer} layer){when}, "
-            f"confidence {top.confidence:.2f}{first}"
+    if not fired:
+        return None
+    false = sorted(a for a, sev in fired.items() if sev in PAGING and a not in expect.allowed)
+    known = sorted(a for a in fired if a in expect.allowed)
+    quiet = sorted(a for a, sev in fired.items() if sev not in PAGING and a not in expect.allowed)
+    parts = []
+    if false:
+        parts.append(
+            "false paging alerts (not a listed consequence of "
+            f"{' + '.join(expect.faults)}): " + ", ".join(f"{a} [{fired[a]}]" for a in false)
         )
-        return Check("diagnosis", True, text, data)
+    if known:
+        parts.append("consequences: " + ", ".join(known))
+    if quiet:
+        parts.append("also fired (not paging): " + ", ".join(f"{a} [{fired[a]}]" for a in quiet))
+    data = {"alerts": sorted(fired), "false_paging": false, "consequences": known}
+    return Check("other_alerts", False if false else None, "; ".join(parts), data)
+
+
+def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
+    """The diagnosis named what the case expects, and kept naming it on every poll after."""
+    first = w.first_match
+    polls = [{"after_s": round(p.after_s, 1), "matched": p.matched, "named": p.named}
+             for p in w.polls]  # fmt: skip
+    data: dict[str, Any] = {"polls": polls, "expected": expect.describe()}
+    if isinstance(w.diagnosis, Exception) and first is None:
+        text = f"the diagnosis failed: {type(w.diagnosis).__name__}: {w.diagnosis}"
+        return Check("diagnosis", False, text, data)
+    if first is None:
+        last = w.polls[-1].named if w.polls else "no poll"
+        text = (
+            f"the diagnosis never named {expect.describe()} in {len(w.polls)} polls; last: {last}"
+        )
+        return Check("diagnosis", False, text, data)
+    after = w.polls[first:]
+    agreed = sum(p.matched for p in after)
+    share = agreed / len(after)
+    t_first = w.polls[first].after_s
+    data.update(after_s=t_first, stable_share=share, polls_after=len(after), top=w.polls[-1].named)
+    if share < 1.0:
+        flip = next(p for p in after if not p.matched)
+        text = (
+            f"the diagnosis named {expect.describe()} {t_first:.0f} s after the fault, then "
+            f"{flip.named} at {flip.after_s:.0f} s ({agreed} of {len(after)} polls agreed)"
+        )
+        return Check("diagnosis", False, text, data)
     text = (
-        f"diagnosis named {top.signature} ({top.layer} layer), expected {expected}; "
-        f"ranked: {', '.join(ranked)}"
+        f"diagnosis: {expect.describe()} {t_first:.0f} s after the fault and on every poll "
+        f"after ({len(after)} of {len(after)}); last: {w.polls[-1].named}"
     )
-    return Check("diagnosis", False, text, data)
+    return Check("diagnosis", True, text, data)
 
 
 def _size(path: Path) -> int:
@@ -515,14 +748,20 @@ def _error_lines(path: Path, offset: int) -> list[dict[str, Any]]:
 
 def _recover(
     stack: Any,
-    alerts: tuple[str, ...],
+    expect: _Expect,
     config: ValidateConfig,
     result: ScenarioResult,
     echo: Echo,
     fired: dict[str, float],
+    t_fault: float,
 ) -> None:
+    """After the revert, every alert the fault fired (expected or a consequence) must resolve."""
     t_rev = time.time()
-    watch = set(fired)
+    watch = set(fired) | {
+        e.alertname
+        for e in stack.engine.history(start=t_fault)
+        if e.state == "firing" and e.alertname in expect.allowed
+    }
     # at least one rate window of calm, so the next scenario's baseline starts clean
     settle = 8.0 * stack.config.tick
     resolved_at: float | None = None
@@ -554,6 +793,9 @@ def _recover(
         )
     else:
         check = Check(
-            "resolved", True, f"alerts resolved {took:.1f} s after the revert", {"after_s": took}
+            "resolved",
+            True,
+            f"{', '.join(sorted(watch))} resolved {took:.1f} s after the revert",
+            {"after_s": took, "alerts": sorted(watch)},
         )
     echo(result.add(check).line())
