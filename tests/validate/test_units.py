@@ -122,15 +122,15 @@ def test_log_check_requires_the_structured_fields(tmp_path: Path) -> None:
     }
     log = tmp_path / "service.jsonl"
     _write_log(log, [full, {**full, "request_id": None}, {"event": "fine", "error_code": None}])
-    check = _log_check(log, 0, SCENARIOS["gpu_oom"])
+    check = _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes)
     assert check.ok is False and "1 of 2" in check.text
     _write_log(log, [full])
-    assert _log_check(log, 0, SCENARIOS["gpu_oom"]).ok is True
+    assert _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes).ok is True
     _write_log(log, [{**full, "error_code": "TIMEOUT"}])
-    missing = _log_check(log, 0, SCENARIOS["gpu_oom"])
+    missing = _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes)
     assert missing.ok is False and "CUDA_OOM" in missing.text
     _write_log(log, [])
-    assert _log_check(log, 0, SCENARIOS["cpu_burn"]).ok is None
+    assert _log_check(log, 0, SCENARIOS["cpu_burn"].error_codes).ok is None
 
 
 class _FakeService:

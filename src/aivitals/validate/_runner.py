@@ -277,7 +277,11 @@ def _scenario(
         *_alert_checks(stack, expect.alerts, watch.fired, t_fault, t_end, fault_max),
         _also_fired(stack, expect, t_fault),
         _diagnosis_check(watch, expect),
-        *(_log_check(stack.service.log_path, log_offset, s) for s in c.scenarios),
+        _log_check(
+            stack.service.log_path,
+            log_offset,
+            tuple(code for s in c.scenarios for code in s.error_codes),
+        ),
     ]
     if c.severity is not None:
         from ._severity import reached
@@ -689,7 +693,9 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _log_check(path: Path, offset: int, s: Scenario) -> Check:
+def _log_check(path: Path, offset: int, codes_wanted: tuple[str, ...]) -> Check:
+    """The error log lines written during the fault: structured, and carrying one of
+    ``codes_wanted`` (the codes the case's faults must produce) when there are any."""
     lines = _error_lines(path, offset)
     codes: dict[str, int] = {}
     incomplete = 0
@@ -709,8 +715,8 @@ def _log_check(path: Path, offset: int, s: Scenario) -> Check:
         "incomplete": incomplete,
         "health_check_lines": background,
     }
-    if s.error_codes and not set(s.error_codes) & set(codes):
-        want = " or ".join(s.error_codes)
+    if codes_wanted and not set(codes_wanted) & set(codes):
+        want = " or ".join(codes_wanted)
         return Check(
             "logs", False, f"no error log line carried {want} (saw: {seen or 'none'})", data
         )
