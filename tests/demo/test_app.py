@@ -73,10 +73,14 @@ def test_cache_hit_on_repeat(demo_models: DemoModels) -> None:
         assert first.headers["x-cache"] == "miss"
         assert second.headers["x-cache"] == "hit"
         assert first.json() == second.json()
-        hits = metrics.get_sample_value(
-            "cache_requests_total", {"cache": "memory", "result": "hit"}
-        )
-        assert hits == 1.0
+
+        def count(kind: str, result: str) -> float | None:
+            labels = {"cache": kind, "backend": "memory", "result": result}
+            return metrics.get_sample_value("cache_requests_total", labels)
+
+        assert count("embeddings", "hit") == 1.0 and count("embeddings", "miss") == 1.0
+        # the completions' cache is counted apart, at zero from the start
+        assert count("completions", "hit") == 0.0 and count("completions", "miss") == 0.0
 
     run(body)
 
@@ -342,7 +346,7 @@ def test_a_streamed_completion_is_cached_and_replayed(demo_models: DemoModels) -
         assert first[0] == "miss" and second[0] == "hit"
         assert first[1] == second[1] == plain["choices"][0]["text"] != ""
         hits = app.service.config.registry.get_sample_value(
-            "cache_requests_total", {"cache": "memory", "result": "hit"}
+            "cache_requests_total", {"cache": "completions", "backend": "memory", "result": "hit"}
         )
         assert hits == 2.0
 

@@ -45,7 +45,15 @@ def test_python_m_serve_with_redis_and_sim_gpu(tmp_path: Path) -> None:
             assert comp.json()["usage"]["completion_tokens"] == 5
             assert chaos.status_code == 200
             assert "redis" in str(ready)
-            assert 'cache_requests_total{cache="redis",result="hit"} 1.0' in metrics
+            # each kind of answer is its own cache, Redis behind both
+            assert (
+                'cache_requests_total{backend="redis",cache="embeddings",result="hit"} 1.0'
+                in metrics
+            )
+            assert (
+                'cache_requests_total{backend="redis",cache="completions",result="miss"} 1.0'
+                in metrics
+            )
             import redis as redis_lib
 
             keys = redis_lib.Redis.from_url(redis.url).keys("aivitals-demo:*")

@@ -180,11 +180,15 @@ def test_the_view_shows_the_client_counters_the_backend_and_sparklines() -> None
         gpu_backend="nvml",
         gpu_util=0.6,
         clients=[ClientCounts("completions", sent=10, answered=7, errors=1, timeouts=1)],
+        cache_hits_by_kind={"completions": 0.125, "embeddings": 0.875},
     )
     console = Console(width=120, record=True)
     console.print(render(snap, title="t", status="s", history=history))
     text = console.export_text()
     assert "GPU util (nvml)" in text and "60.0%" in text
+    # each kind of answer's hit ratio on its own line beside the other's
+    line = next(x for x in text.splitlines() if "12.5%" in x)
+    assert "completions" in line and "embeddings" in line and "87.5%" in line
     assert "completions" in text and "10" in text and "7" in text
     assert sparkline([0.0, 1.0, 2.0, 3.0], width=4) == "▁▃▆█"
     assert sparkline(history.values("rps"))

@@ -178,7 +178,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
                 signals.ErrorCode.INPUT_REJECTED, f"input must hold 1..{cfg.max_batch} texts"
             )
         key = cache_key("embeddings", {"input": texts})
-        if (hit := await asyncio.to_thread(service.cache.get, key)) is not None:
+        if (hit := await asyncio.to_thread(service.cache.get, "embeddings", key)) is not None:
             return Response(hit, media_type="application/json", headers={"X-Cache": "hit"})
         try:
             vectors, tokens, _ = await service.run_embedding(lambda: service.embed_sync(texts))
@@ -193,7 +193,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         raw = json.dumps(payload).encode()
-        await asyncio.to_thread(service.cache.set, key, raw)
+        await asyncio.to_thread(service.cache.set, "embeddings", key, raw)
         return Response(raw, media_type="application/json", headers={"X-Cache": "miss"})
 
     @app.post("/v1/completions")
@@ -218,7 +218,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
         seed = body.seed if body.seed is not None else _seed(body.prompt)
         # streamed or not, the same request has the same answer: one cache entry serves both
         key = cache_key("completions", {"p": body.prompt, "n": max_tokens, "s": seed})
-        hit = await asyncio.to_thread(service.cache.get, key)
+        hit = await asyncio.to_thread(service.cache.get, "completions", key)
         if body.stream:
             if hit is not None:
                 return _stream_cached(hit)
@@ -231,7 +231,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
         except Exception as exc:
             return _failure(exc, "completions")
         raw = json.dumps(_completion_payload(result, len(prompt_ids))).encode()
-        await asyncio.to_thread(service.cache.set, key, raw)
+        await asyncio.to_thread(service.cache.set, "completions", key, raw)
         return Response(raw, media_type="application/json", headers={"X-Cache": "miss"})
 
 
@@ -357,7 +357,7 @@ def _stream(
             yield "data: [DONE]\n\n"
             if not result.aborted:
                 raw = json.dumps(_completion_payload(result, len(prompt_ids))).encode()
-                await asyncio.to_thread(service.cache.set, key, raw)
+                await asyncio.to_thread(service.cache.set, "completions", key, raw)
         except InferenceAborted as exc:
             _note_error(signals.ErrorCode.TIMEOUT)
             err = {"error": {"code": "TIMEOUT", "message": str(exc)}}

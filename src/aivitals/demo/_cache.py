@@ -4,6 +4,13 @@ Entries live ``ttl * (1 +- jitter)`` seconds so that keys written together do
 not all expire together (the cache-stampede fault in DOMAIN.md section 7).
 A cache that fails is a miss, counted with ``result="error"``: the service
 keeps answering from the model while Redis is down.
+
+Lookups are counted per kind of answer (``cache="completions"``,
+``cache="embeddings"``) with the store in ``backend`` (``redis`` or
+``memory``): completions and embeddings hit at very different rates (new
+prompts against a fixed set of inputs), and one ratio over both moves with the
+traffic's mix instead of with the cache's health; the alert that compares a
+ratio with its recent best must compare like with like.
 """
 
 from __future__ import annotations
@@ -21,9 +28,15 @@ from prometheus_client import CollectorRegistry, Counter
 
 from .. import signals
 
-__all__ = ["MemoryCache", "RedisCache", "ResponseCache", "cache_key", "make_cache"]
+__all__ = ["KINDS", "MemoryCache", "RedisCache", "ResponseCache", "cache_key", "make_cache"]
 
 log = logging.getLogger("aivitals.demo.cache")
+
+#: The kinds of answer the service caches, each counted under its own ``cache`` label.
+KINDS = ("completions", "embeddings")
+
+#: The counter's labels: the catalogue's ``cache`` and ``result`` plus the store behind it.
+_LABELS = ("cache", "backend", "result")
 
 
 class _Backend(Protocol):
@@ -38,9 +51,9 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
-def cache_key(route: str, payload: dict[str, Any]) -> str:
+def cache_key(kind: str, payload: dict[str, Any]) -> str:
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return "aivitals-demo:" + route + ":" + hashlib.sha256(body.encode()).hexdigest()
+    return "aivitals-demo:" + kind + ":" + hashlib.sha256(body.encode()).hexdigest()
 
 
 class MemoryCache:
@@ -112,11 +125,14 @@ class RedisCache:
 class ResponseCache:
     """A cache backend plus TTL jitter and the ``cache_requests_total`` counter.
 
+    Every lookup names its kind (one of ``KINDS``); the counter's series for
+    every kind exist at zero from the start, so a rate over them is 0, not absent.
+
     **Usage**::
 
         cache = ResponseCache(MemoryCache(), ttl=300, jitter=0.1, registry=registry)
-        if (hit := cache.get(key)) is None:
-            cache.set(key, b"...")
+        if (hit := cache.get("embeddings", key)) is None:
+            cache.set("embeddings", key, b"...")
     """
 
     def __init__(
@@ -132,27 +148,31 @@ class ResponseCache:
         self.ttl = ttl
         self.jitter = jitter
         self._rng = rng or random.Random()
-        counter = signals.metric("cache_requests_total", registry=registry)
+        counter = signals.metric("cache_requests_total", registry=registry, labels=_LABELS)
         assert isinstance(counter, Counter)
-        self._hit = counter.labels(cache=backend.name, result="hit")
-        self._miss = counter.labels(cache=backend.name, result="miss")
-        self._error = counter.labels(cache=backend.name, result="error")
+        self._counts: dict[tuple[str, str], Counter] = {
+            (kind, result): counter.labels(cache=kind, backend=backend.name, result=result)
+            for kind in KINDS
+            for result in ("hit", "miss", "error")
+        }
         self.last_error: str | None = None
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, kind: str, key: str) -> bytes | None:
+        _check_kind(kind)
         try:
             value = self.backend.get(key)
         except Exception as exc:  # any client failure is a miss: degrade, do not fail
-            self._record_error(exc)
+            self._record_error(kind, exc)
             return None
-        (self._miss if value is None else self._hit).inc()
+        self._counts[kind, "miss" if value is None else "hit"].inc()
         return value
 
-    def set(self, key: str, value: bytes) -> None:
+    def set(self, kind: str, key: str, value: bytes) -> None:
+        _check_kind(kind)
         try:
             self.backend.set(key, value, self.entry_ttl())
         except Exception as exc:
-            self._record_error(exc)
+            self._record_error(kind, exc)
 
     def entry_ttl(self) -> float:
         return self.ttl * (1.0 + self._rng.uniform(-self.jitter, self.jitter))
@@ -163,8 +183,8 @@ class ResponseCache:
     def close(self) -> None:
         self.backend.close()
 
-    def _record_error(self, exc: Exception) -> None:
-        self._error.inc()
+    def _record_error(self, kind: str, exc: Exception) -> None:
+        self._counts[kind, "error"].inc()
         self.last_error = f"{type(exc).__name__}: {exc}"
         # the request goes on without the cache; the log line says which dependency failed
         log.warning(
@@ -173,6 +193,11 @@ class ResponseCache:
             type(exc).__name__,
             extra={"error_code": "DEPENDENCY_DOWN", "dependency": self.backend.name},
         )
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"cache kind {kind!r}: expected one of {', '.join(KINDS)}")
 
 
 def make_cache(

@@ -22,6 +22,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ._cache import KINDS
+
 __all__ = ["ClientCounts", "History", "Snapshot", "read_snapshot", "render", "sparkline"]
 
 _W = "8s"  # rate window: 8 scrapes of 1 s
@@ -66,6 +68,8 @@ class Snapshot:
     gpu_used: float = math.nan
     gpu_total: float = math.nan
     cache_hit_ratio: float = math.nan
+    #: per kind of answer (the ``cache`` label): completions and embeddings hit very differently
+    cache_hits_by_kind: dict[str, float] = field(default_factory=dict)
     alerts: list[tuple[str, str, str]] = field(default_factory=list)
     clients: list[ClientCounts] = field(default_factory=list)
 
@@ -117,6 +121,11 @@ def read_snapshot(stack: Any, clients: Iterable[ClientCounts] = ()) -> Snapshot:
     snap.gpu_total = _q(stack, "gpu_memory_total_bytes")
     hits = f'sum(rate(cache_requests_total{{result="hit"}}[{_W}]))'
     snap.cache_hit_ratio = _q(stack, f"{hits} / sum(rate(cache_requests_total[{_W}]))")
+    for kind in KINDS:
+        sel = f'cache_requests_total{{cache="{kind}"'
+        snap.cache_hits_by_kind[kind] = _q(
+            stack, f'sum(rate({sel},result="hit"}}[{_W}])) / sum(rate({sel}}}[{_W}]))'
+        )
     if stack.engine is not None:
         snap.alerts = [
             (a.alertname, a.state, str(a.labels.get("severity", "")))
@@ -223,6 +232,14 @@ def render(
         f"{_fmt(snap.gpu_used, 'gib')} of {_fmt(snap.gpu_total, 'gib')}",
     )
     golden.add_row(_label("cache hits"), _fmt(snap.cache_hit_ratio, "pct"), "", "")
+    by_kind = list(snap.cache_hits_by_kind.items())
+    for i in range(0, len(by_kind), 2):
+        row = [
+            x
+            for kind, ratio in by_kind[i : i + 2]
+            for x in (_label(f"  {kind}"), _fmt(ratio, "pct"))
+        ]
+        golden.add_row(*row, *([""] * (4 - len(row))))
     clients = Table(show_header=True, header_style="bold", box=None, expand=False)
     for col in ("load generator", "sent", "answered", "errors", "timeouts", "in flight"):
         clients.add_column(col, justify="left" if col == "load generator" else "right")
