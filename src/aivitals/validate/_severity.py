@@ -1,0 +1,978 @@
+"""The severity sweep: every fault at threshold, moderate and severe, and whether a run
+reached the magnitude it asked for.
+
+*severe* is today's scenario (``Scenario.quick_params`` or ``Scenario.params``, merged
+onto the fault's defaults). *threshold* is the magnitude at which the knowledge's bound
+for the fault's defining signal is just crossed, and *moderate* twice that magnitude.
+No value here is tuned to make a case pass: each is computed below from a bound of
+the rule pack (``PackParams`` defaults, with validate's demo SLA), of a diagnosis
+signature (``load_signatures()``), or of DOMAIN.md, and from what validate's run is
+made of (``LoadPlan``'s request rates, the demo's sim GPU, the stack's fd limit).
+Where the rule pack and the signature disagree, the lower bound is the threshold
+(the first point where the knowledge calls it a fault): the issue's own examples are
+a GPU leak of 2e6 bytes/s (the signature), P99 over twice the SLA, 5 % packet loss and
+100 ms of added latency (the signature's 0.2 s probe round trip).
+
+A fault whose parameter does not change its signal's size (an Xid happens or not)
+has one magnitude and runs with today's values at all three severities; so does a
+fault the knowledge base has no threshold for.
+
+``reached`` measures, after the fault phase, the magnitude the fault achieved from
+the agent's store and compares it with the one asked: a sweep case whose fault could
+not reach its severity on this machine is reported as such, not as a pass or a miss.
+``summarize_sweep`` turns a sweep's JSON report into the benchmark's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from ..errors import ConfigError
+from ._report import Check
+
+__all__ = [
+    "SEVERITIES",
+    "TOLERANCE",
+    "Knob",
+    "knob",
+    "magnitude",
+    "reached",
+    "severity_params",
+    "severity_table",
+    "summarize_sweep",
+]
+
+SEVERITIES = ("threshold", "moderate", "severe")
+
+#: A graded fault reached its severity when the measured magnitude is at least this
+#: close to the one asked: validate's load is a few Poisson requests a second, so a
+#: rate measured over a 10-60 s fault phase carries noise of about this size.
+TOLERANCE = 0.1
+
+_MIB = float(1 << 20)
+
+
+# -- what the derivations stand on -------------------------------------------------------
+def _request_rate() -> float:
+    """Validate's own requests per second: every one calls the service's per-request
+    fault hooks (the leaks) and counts in the job's HTTP rates."""
+    from ._load import LoadPlan
+
+    plan = LoadPlan()
+    return plan.completions_rate + plan.embeddings_rate
+
+
+@cache
+def _pack() -> Any:
+    """The rule pack's bounds as validate runs it (the demo's SLA, the pack's defaults)."""
+    from ..alerts import PackParams
+    from ._runner import _demo_rule_params
+
+    return PackParams(**_demo_rule_params())
+
+
+@cache
+def _signature_param(signature: str, key: str) -> float:
+    from ..diagnose import load_signatures
+
+    for sig in load_signatures():
+        if sig.id == signature:
+            return float(sig.params[key])
+    raise ConfigError(f"the diagnosis has no signature {signature!r}")
+
+
+#: The demo model's inference time on validate's completions (12 tokens, CPU): ~0.1 s,
+#: the figure validate's SLA of 0.25 s was set from (``_demo_rule_params``), and the one
+#: the scenario's comment measured (x5 gave a P99 of 0.498 s).
+DEMO_INFERENCE_S = 0.1
+
+#: Of the malformed-input fault's five bodies (``MALFORMED_BODIES``), two are refused
+#: for the same reason, control characters (one as JSON escapes, one raw); the others
+#: as invalid UTF-8, broken JSON or full-width text. InputRejectionsHigh is per reason.
+MALFORMED_TOP_REASON_SHARE = 2 / 5
+
+
+def _up(x: float, step: float) -> float:
+    """``x`` rounded up to the parameter's step (the fault asks at least the bound)."""
+    return round(math.ceil(x / step - 1e-9) * step, 6)
+
+
+def _down(x: float, step: float) -> float:
+    return round(math.floor(x / step + 1e-9) * step, 6)
+
+
+# -- the table ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """How one fault is swept.
+
+    ``param`` is the parameter the severities change (None: the fault has one
+    magnitude); ``threshold`` and ``moderate`` the values they set (the other
+    parameters stay today's); ``unit`` and ``bound`` the magnitude in the measured
+    signal's terms and the knowledge's bound on it; ``source`` where that bound
+    comes from; ``note`` a cap or a caveat.
+    """
+
+    fault: str
+    param: str | None
+    unit: str
+    bound: float | None
+    source: str
+    threshold: Mapping[str, float]
+    moderate: Mapping[str, float]
+    note: str = ""
+
+
+def _loop_outside(seconds: float, rate: float) -> float:
+    """Mean time a request spends outside the model when each of ``rate`` Poisson
+    requests a second holds the event loop ``seconds``: the sleep plus the M/D/1 wait
+    for the loop (infinite once the loop is busier than it can be)."""
+    rho = rate * seconds
+    if rho >= 1:
+        return math.inf
+    return seconds + rho * seconds / (2 * (1 - rho))
+
+
+def _loop_seconds(outside: float, rate: float) -> float:
+    """The sleep per request whose mean time outside the model is ``outside`` (the
+    inverse of ``_loop_outside``: a root of rate*s^2 - 2(1+T*rate)s + 2T = 0)."""
+    a = 1 + outside * rate
+    return (a - math.sqrt(a * a - 2 * rate * outside)) / rate
+
+
+def _stampede_drop(interval: float, embeddings_rate: float, pool: int) -> float:
+    """Drop of the embeddings cache's hit ratio (share of its warm level) when every
+    key is flushed each ``interval`` s: validate cycles ``pool`` inputs, so after each
+    flush the next min(pool, rate*interval) lookups miss."""
+    lookups = embeddings_rate * interval
+    return min(1.0, pool / lookups) if lookups > 0 else 1.0
+
+
+def _base_rate() -> float:
+    from ..chaos import FaultContext
+
+    # validate gives its fault context no base_rate: the context's default
+    return FaultContext().base_rate
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 1
+
+
+@cache
+def _knobs() -> dict[str, Knob]:
+    from ..demo import DemoConfig, StackConfig
+    from ._load import LoadPlan
+
+    pack, rate, plan = _pack(), _request_rate(), LoadPlan()
+    demo, stack = DemoConfig(), StackConfig()
+    out: list[Knob] = []
+
+    # GPU leak: the signature's steady growth (deriv) of one process's GPU memory.
+    # mib_per_request = bytes/s / (MiB x requests/s). The pack's GPUProcessMemoryGrowth
+    # asks 1 GiB over leak_window (30 m; 10 s in quick runs), far more than this.
+    leak = _signature_param("gpu_memory_leak", "growth_bytes_per_s")
+    out.append(
+        Knob(
+            "gpu_memory_leak",
+            "mib_per_request",
+            "bytes/s of GPU memory growth",
+            leak,
+            "signature gpu_memory_leak growth_bytes_per_s (the issue's 2e6 B/s); "
+            f"{rate:g} requests/s",
+            {"mib_per_request": _up(leak / (_MIB * rate), 0.01)},
+            {"mib_per_request": _up(2 * leak / (_MIB * rate), 0.01)},
+            "GPUProcessMemoryGrowth asks 1 GiB over leak_window: ~107 MB/s in quick runs",
+        )
+    )
+    # Process leak: the signature's RSS growth, converted the same way.
+    rss = _signature_param("process_memory_leak", "growth_bytes_per_s")
+    out.append(
+        Knob(
+            "process_memory_leak",
+            "mib_per_request",
+            "bytes/s of RSS growth",
+            rss,
+            f"signature process_memory_leak growth_bytes_per_s; {rate:g} requests/s",
+            {"mib_per_request": _up(rss / (_MIB * rate), 0.01)},
+            {"mib_per_request": _up(2 * rss / (_MIB * rate), 0.01)},
+            "ProcessMemoryGrowth predicts 4 h ahead against 90 % of host memory: its rate "
+            "bound depends on the host",
+        )
+    )
+    # Co-tenant: GPUMemoryHigh (device > gpu_memory_ratio) with the service's weights
+    # on the device; the co-tenant's share is what is left to the bound.
+    weights = demo.sim_weights_bytes / demo.sim_gpu_memory_total
+    need = pack.gpu_memory_ratio - weights
+    free = 1.0 - weights
+    out.append(
+        Knob(
+            "gpu_cotenant",
+            "share",
+            "share of the device taken by the co-tenant",
+            need,
+            f"GPUMemoryHigh gpu_memory_ratio {pack.gpu_memory_ratio:g} minus the demo's "
+            f"weights ({weights:.3f} of the sim device)",
+            {"share": _up(need, 0.01)},
+            # twice the share does not fit beside the weights (the sim refuses the
+            # whole allocation): the most that fits, a step below the free share for
+            # the KV reservations of requests in flight
+            {"share": min(_up(2 * need, 0.01), _down(free - 0.01, 0.01))},
+            f"moderate capped: 2 x {need:.3f} does not fit in the {free:.3f} left free",
+        )
+    )
+    # Contention: InferenceLatencyHigh, P99 over 2 x SLA; the slowdown multiplies the
+    # demo model's ~0.1 s.
+    p99 = 2 * pack.sla_seconds
+    out.append(
+        Knob(
+            "gpu_contention",
+            "factor",
+            "s of inference P99",
+            p99,
+            f"InferenceLatencyHigh: 2 x the demo SLA {pack.sla_seconds:g} s; the model "
+            f"answers in ~{DEMO_INFERENCE_S:g} s",
+            {"factor": _up(p99 / DEMO_INFERENCE_S, 0.1)},
+            {"factor": _up(2 * p99 / DEMO_INFERENCE_S, 0.1)},
+        )
+    )
+    # Blocked loop: LatencyHighWorkersIdle, mean time outside the model over
+    # outside_model_seconds; the sleep per request that makes it (M/D/1 wait).
+    outside = pack.outside_model_seconds
+    out.append(
+        Knob(
+            "event_loop_blocked",
+            "seconds",
+            "s outside the model per request (mean)",
+            outside,
+            f"LatencyHighWorkersIdle outside_model_seconds {outside:g}; {rate:g} Poisson "
+            "requests/s on one loop (M/D/1)",
+            {"seconds": _up(_loop_seconds(outside, rate), 0.001)},
+            {"seconds": _up(_loop_seconds(2 * outside, rate), 0.001)},
+            "near the loop's saturation: doubling the time outside takes a 15 % longer "
+            "sleep; today's 0.3 s overloads the loop",
+        )
+    )
+    # Binary: all workers stuck or not.
+    need_workers = math.ceil(pack.worker_saturation_ratio * stack.workers)
+    out.append(
+        Knob(
+            "worker_pool_saturated",
+            None,
+            "busy share of the pool",
+            pack.worker_saturation_ratio,
+            f"WorkerPoolSaturated {pack.worker_saturation_ratio:g} of {stack.workers} "
+            f"workers needs {need_workers}: every worker (the fault's default)",
+            {},
+            {},
+            "one magnitude: fewer stuck workers stay under the bound",
+        )
+    )
+    # Connections: FdsNearLimit, open fds over fd_ratio of the service's limit.
+    limit = float(stack.service_max_fds or 0) or 2200.0
+    out.append(
+        Knob(
+            "connection_flood",
+            "connections",
+            "share of the service's fd limit",
+            pack.fd_ratio,
+            f"FdsNearLimit fd_ratio {pack.fd_ratio:g} of the stack's {limit:g} fds",
+            {"connections": _up(pack.fd_ratio * limit, 1)},
+            {"connections": min(_up(2 * pack.fd_ratio * limit, 1), limit)},
+            "moderate capped at the fd limit (a share of it cannot pass 1); the service's "
+            "own fds come on top",
+        )
+    )
+    # Inputs: InputRejectionsHigh, refused share of all requests per reason.
+    share = pack.input_rejection_ratio
+
+    def rejections(fault: str, per_reason: float, why: str) -> Knob:
+        # per_reason * r / (r + rate) = share  ->  r = share * rate / (per_reason - share)
+        return Knob(
+            fault,
+            "rate",
+            "share of requests refused (one reason)",
+            share,
+            f"InputRejectionsHigh input_rejection_ratio {share:g}; {rate:g} other "
+            f"requests/s; {why}",
+            {"rate": _up(share * rate / (per_reason - share), 0.01)},
+            {"rate": _up(2 * share * rate / (per_reason - 2 * share), 0.01)},
+        )
+
+    out.append(rejections("overlong_inputs", 1.0, "every request refused as too large"))
+    out.append(
+        rejections(
+            "malformed_inputs",
+            MALFORMED_TOP_REASON_SHARE,
+            f"{MALFORMED_TOP_REASON_SHARE:g} of them for the same reason",
+        )
+    )
+    # Stampede: CacheHitRatioDrop, the hit ratio under (1 - cache_hit_drop) of its best.
+    drop = pack.cache_hit_drop
+    pool, emb = plan.embeddings_pool, plan.embeddings_rate
+    out.append(
+        Knob(
+            "cache_stampede",
+            "interval",
+            "drop of the hit ratio (share of its warm level)",
+            drop,
+            f"CacheHitRatioDrop cache_hit_drop {drop:g}; validate cycles {pool} "
+            f"embeddings inputs at {emb:g}/s",
+            # drop = pool / (emb * interval): the longest interval that still drops
+            {"interval": _down(pool / (emb * drop), 0.5)},
+            {"interval": _down(pool / (emb * min(1.0, 2 * drop)), 0.5)},
+            "moderate: a drop of 100 % (every lookup between flushes misses)",
+        )
+    )
+    # CPU: HostCPUSaturated, busy share over cpu_busy_ratio; demand = workers x load.
+    busy = pack.cpu_busy_ratio
+    cpus = _cpus()
+    out.append(
+        Knob(
+            "cpu_burn",
+            "load",
+            "CPU demand of the burner (share of the host's CPUs)",
+            busy,
+            f"HostCPUSaturated cpu_busy_ratio {busy:g}; {cpus} CPUs",
+            {"workers": 0, "load": _up(100 * busy, 1)},
+            # twice the demand: twice the workers at the same load (a busy share cannot
+            # pass 100 %, a run queue can)
+            {"workers": 2 * cpus, "load": _up(100 * busy, 1)},
+            "today's value (every CPU at 100 %) is 1.1 x the threshold",
+        )
+    )
+    out.append(
+        Knob(
+            "disk_io_saturation",
+            None,
+            "busy share of the disk",
+            pack.disk_util_ratio,
+            f"DiskSaturated disk_util_ratio {pack.disk_util_ratio:g} (DOMAIN: %util > 95 %)",
+            {},
+            {},
+            "one magnitude: fio writes flat out (one job already keeps the disk busy); "
+            "jobs and size change the queue, not the busy share",
+        )
+    )
+    loss = pack.tcp_retransmit_ratio
+    out.append(
+        Knob(
+            "network_loss",
+            "percent",
+            "share of TCP segments retransmitted on real links",
+            loss,
+            f"TCPRetransmitsHigh tcp_retransmit_ratio {loss:g} (DOMAIN: packet loss > 5 %)",
+            {"percent": _up(100 * loss, 1)},
+            {"percent": _up(200 * loss, 1)},
+        )
+    )
+    probe = _signature_param("network_latency", "probe_seconds")
+    out.append(
+        Knob(
+            "network_latency",
+            "delay_ms",
+            "s added to the probe's round trip",
+            probe,
+            f"signature network_latency probe_seconds {probe:g} (the issue's 100 ms): the "
+            "request and its answer each cross the delaying proxy",
+            {"delay_ms": _up(1000 * probe / 2, 1)},
+            {"delay_ms": _up(1000 * probe, 1)},
+            f"ProbeLatencyHigh asks {pack.probe_latency_seconds:g} s: "
+            f"{1000 * pack.probe_latency_seconds / 2:g} ms each way",
+        )
+    )
+    out.append(
+        Knob(
+            "redis_down",
+            None,
+            "share of cache lookups failing",
+            pack.cache_error_ratio,
+            f"CacheErrorsHigh cache_error_ratio {pack.cache_error_ratio:g}",
+            {},
+            {},
+            "one magnitude: the cache answers or not (method 1, a kill, is the same outage)",
+        )
+    )
+    # Surge: the signature's "requests per second rose by half"; the fault adds
+    # factor x base_rate on top of validate's own rate.
+    rise = _signature_min_change("traffic_surge")
+    base = _base_rate()
+    floor = _fault_minimum("traffic_surge", "factor")
+    out.append(
+        Knob(
+            "traffic_surge",
+            "factor",
+            "rise of the request rate (share of validate's own)",
+            rise,
+            f"signature traffic_surge min_change {rise:g}; the fault adds factor x "
+            f"{base:g} requests/s to validate's {rate:g}",
+            {"factor": max(floor, _up(rise * rate / base, 0.1))},
+            {"factor": max(floor, _up(2 * rise * rate / base, 0.1))},
+            f"the fault's smallest surge (factor {floor:g}: +{floor * base / rate:.2f} x) is "
+            f"over the threshold (+{rise:g} x): threshold and moderate both run at it",
+        )
+    )
+    for name, bound, unit, source in (
+        ("gpu_xid", 1.0, "Xid events", "GPUXidError: any Xid"),
+        ("gpu_oom", 1.0, "CUDA_OOM errors", "GPUOutOfMemoryErrors: any CUDA OOM"),
+        ("cold_start", 1.0, "model loads", "ModelReloaded: any reload"),
+        (
+            "timeouts_not_aborting",
+            pack.unaborted_timeout_ratio,
+            "share of timed-out requests whose model work ran on",
+            f"TimedOutWorkNotAborted unaborted_timeout_ratio {pack.unaborted_timeout_ratio:g}",
+        ),
+    ):
+        out.append(Knob(name, None, unit, bound, source, {}, {}, "one magnitude: an event"))
+    for name, unit in (
+        ("slow_dependency", "s added to each model request"),
+        ("thread_leak", "threads leaked"),
+        ("disk_fill", "MiB/s written"),
+    ):
+        out.append(
+            Knob(
+                name,
+                None,
+                unit,
+                None,
+                "no threshold: no alert and no signature knows this fault",
+                {},
+                {},
+                "today's values at every severity",
+            )
+        )
+    return {k.fault: k for k in out}
+
+
+@cache
+def _signature_min_change(signature: str) -> float:
+    from ..diagnose import load_signatures
+
+    for sig in load_signatures():
+        if sig.id == signature:
+            for ev in sig.of_role("required"):
+                if ev.min_change:
+                    return float(ev.min_change)
+    raise ConfigError(f"signature {signature!r} has no required min_change")
+
+
+def _fault_minimum(fault: str, param: str) -> float:
+    from ..chaos import get_fault
+
+    return float(get_fault(fault).params[param][1])
+
+
+def knob(fault: str) -> Knob:
+    """How ``fault`` is swept; ``ConfigError`` for a fault the table does not know."""
+    table = _knobs()
+    if fault not in table:
+        raise ConfigError(
+            f"no severity table for fault {fault!r}; known: {', '.join(sorted(table))}"
+        )
+    return table[fault]
+
+
+def _check_severity(severity: str) -> None:
+    if severity not in SEVERITIES:
+        raise ConfigError(f"unknown severity {severity!r}; expected one of {', '.join(SEVERITIES)}")
+
+
+def _defaults(fault: str) -> dict[str, Any]:
+    """The fault's parameter defaults: its class's, or for an in-process fault the
+    demo service's (the class passes them through and the service checks them)."""
+    from ..chaos import get_fault
+
+    cls = get_fault(fault)
+    remote = getattr(cls, "remote", None)
+    if remote is not None:
+        from ..demo import IN_PROCESS_FAULTS
+
+        return {k: v[0] for k, v in IN_PROCESS_FAULTS[remote].params.items()}
+    return {k: v[0] for k, v in cls.params.items()}
+
+
+def severity_params(fault: str, severity: str, *, quick: bool) -> dict[str, Any]:
+    """The fault's parameters at ``severity`` (one of ``SEVERITIES``) for a quick or a
+    full run; ``ConfigError`` for an unknown fault or severity.
+
+    **Usage**::
+
+        severity_params("network_loss", "threshold", quick=True)   # {"percent": 5}
+    """
+    from ._scenarios import scenario
+
+    _check_severity(severity)
+    k = knob(fault)
+    s = scenario(fault)
+    today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
+    if severity == "severe" or k.param is None:
+        return today
+    return {**today, **(k.threshold if severity == "threshold" else k.moderate)}
+
+
+def magnitude(fault: str, params: Mapping[str, Any]) -> float | None:
+    """The magnitude ``params`` ask of ``fault``, in its knob's unit (None for a fault
+    with one magnitude: then the bound is what a run must cross)."""
+    k = knob(fault)
+    if k.param is None:
+        return None
+    p = {**_defaults(fault), **params}
+    rate = _request_rate()
+    if fault in ("gpu_memory_leak", "process_memory_leak"):
+        return float(p["mib_per_request"]) * _MIB * rate
+    if fault == "gpu_cotenant":
+        return float(p["share"])
+    if fault == "gpu_contention":
+        return float(p["factor"]) * DEMO_INFERENCE_S
+    if fault == "event_loop_blocked":
+        return _loop_outside(float(p["seconds"]), rate)
+    if fault == "connection_flood":
+        from ..demo import StackConfig
+
+        return min(1.0, float(p["connections"]) / float(StackConfig().service_max_fds or 2200))
+    if fault in ("overlong_inputs", "malformed_inputs"):
+        r = float(p["rate"])
+        per = 1.0 if fault == "overlong_inputs" else MALFORMED_TOP_REASON_SHARE
+        return per * r / (r + rate)
+    if fault == "cache_stampede":
+        from ._load import LoadPlan
+
+        plan = LoadPlan()
+        return _stampede_drop(float(p["interval"]), plan.embeddings_rate, plan.embeddings_pool)
+    if fault == "cpu_burn":
+        cpus = _cpus()
+        workers = int(p["workers"]) or cpus
+        return workers * float(p["load"]) / 100.0 / cpus
+    if fault == "network_loss":
+        return float(p["percent"]) / 100.0
+    if fault == "network_latency":
+        return 2 * float(p["delay_ms"]) / 1000.0
+    if fault == "traffic_surge":
+        return float(p["factor"]) * _base_rate() / rate
+    raise ConfigError(f"fault {fault!r}: no magnitude for its knob {k.param!r}")
+
+
+def severity_table(*, quick: bool) -> list[dict[str, Any]]:
+    """One row per fault: the parameter swept, its three values, the bound and its source."""
+    from ._scenarios import SCENARIOS
+
+    rows = []
+    for fault in SCENARIOS:
+        k = knob(fault)
+        values = {sev: severity_params(fault, sev, quick=quick) for sev in SEVERITIES}
+        shown = [k.param] if k.param else []
+        if fault == "cpu_burn":
+            shown = ["workers", "load"]
+        rows.append(
+            {
+                "fault": fault,
+                "param": ", ".join(shown) or "-",
+                **{sev: {p: values[sev].get(p) for p in shown} for sev in SEVERITIES},
+                "unit": k.unit,
+                "bound": k.bound,
+                "source": k.source,
+                "note": k.note,
+            }
+        )
+    return rows
+
+
+# -- reached -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The fault phase in the agent's store: values of an expression at its end (with
+    ``W`` the phase's length as the range), over it, or just before it."""
+
+    store: Any
+    tick: float
+    t_fault: float
+    t_end: float
+
+    @property
+    def w(self) -> str:
+        return f"{max(int(self.t_end - self.t_fault), int(2 * self.tick) + 1)}s"
+
+    @property
+    def before_s(self) -> float:
+        # validate's quick baseline is 4 s: the calm before it (the previous case's
+        # settle, under the same load) counts too; a full run's baseline is 60 s
+        return max(8.0, 4 * self.tick)
+
+    def _eval(self, expr: str, start: float, end: float) -> list[tuple[Mapping[str, str], float]]:
+        res = self.store.query_range(expr, start, end, self.tick)
+        return [(s.labels, v) for s in res.matrix for _, v in s.points if v == v]
+
+    def at(self, expr: str, t: float) -> list[tuple[Mapping[str, str], float]]:
+        return self._eval(expr.replace("[W]", f"[{self.w}]"), t, t)
+
+    def end(self, expr: str) -> list[float]:
+        return [v for _, v in self.at(expr, self.t_end)]
+
+    def start(self, expr: str) -> list[tuple[Mapping[str, str], float]]:
+        """``expr`` at the injection, ``[W]`` standing for the calm just before it."""
+        return self._eval(
+            expr.replace("[W]", f"[{int(self.before_s)}s]"), self.t_fault, self.t_fault
+        )
+
+    def over(self, expr: str) -> list[float]:
+        return [v for _, v in self._eval(expr, self.t_fault, self.t_end)]
+
+    def before(self, expr: str) -> list[float]:
+        return [v for _, v in self._eval(expr, self.t_fault - self.before_s, self.t_fault)]
+
+    def delta(self, expr: str) -> float:
+        """How much a sum of counters grew over the phase (a series that appears
+        during it, such as a first Xid, counts from zero)."""
+        end = self.at(expr, self.t_end)
+        start = self.at(expr, self.t_fault - self.tick)
+        return (end[0][1] if end else 0.0) - (start[0][1] if start else 0.0)
+
+
+#: achieved magnitude, or why it cannot be measured (a string)
+Measured = float | str
+_NO_DATA = "no {} series in the agent's store during the fault"
+
+
+def _peak(values: list[float], metric: str) -> Measured:
+    return max(values) if values else _NO_DATA.format(metric)
+
+
+def _rise(w: _Window, expr: str, metric: str) -> Measured:
+    during, before = w.over(expr), w.before(expr)
+    if not during or not before:
+        return _NO_DATA.format(metric)
+    return max(during) - statistics.median(before)
+
+
+def _slope(w: _Window, metric: str) -> Measured:
+    # the steepest least-squares slope over half the phase: a leak that filled the
+    # device before the phase ended grew at its rate until then
+    half = max(4 * w.tick, (w.t_end - w.t_fault) / 2)
+    values = w.over(f"max(deriv({metric}[{int(half)}s]))")
+    return _peak(values, metric)
+
+
+def _change(w: _Window, expr: str, metric: str, *, relative: bool) -> Measured:
+    """``expr`` over the phase against the calm before: the difference, or the rise
+    as a share of the before."""
+    during, before = w.end(expr), [v for _, v in w.start(expr)]
+    if not during or not before:
+        return _NO_DATA.format(metric)
+    if relative:
+        return during[0] / before[0] - 1.0 if before[0] > 0 else _NO_DATA.format(metric)
+    return during[0] - before[0]
+
+
+def _probe(w: _Window) -> Measured:
+    # the probe's mean round trip over 4 probes, its peak in the phase against the calm
+    expr = f"max(avg_over_time(probe_duration_seconds[{int(4 * w.tick)}s]))"
+    return _rise(w, expr, "probe_duration_seconds")
+
+
+def _stampede(w: _Window) -> Measured:
+    expr = (
+        'sum by (cache) (increase(cache_requests_total{result="hit"}[W])) '
+        '/ sum by (cache) (increase(cache_requests_total{result=~"hit|miss"}[W]))'
+    )
+    during = {s.get("cache", ""): v for s, v in w.at(expr, w.t_end)}
+    before = {s.get("cache", ""): v for s, v in w.start(expr)}
+    # the caches that were warm (CacheHitRatioDrop's cache_hit_baseline_ratio)
+    warm = {c: b for c, b in before.items() if b >= _pack().cache_hit_baseline_ratio}
+    drops = [1.0 - during[c] / b for c, b in warm.items() if c in during]
+    if not drops:
+        return "no warm cache (hit ratio over its baseline bound) before the fault"
+    return max(drops)
+
+
+def _timeouts(w: _Window) -> Measured:
+    timed = w.delta('sum(request_timeouts_total{reason="deadline"})')
+    if timed <= 0:
+        return 0.0  # no request passed its deadline: the fault had nothing to act on
+    aborted = w.delta('sum(model_aborts_total{reason="deadline"})')
+    return max(0.0, timed - aborted) / timed
+
+
+def _threads(w: _Window) -> Measured:
+    return _rise(w, "max(service_process_threads)", "service_process_threads")
+
+
+_MEASURES: dict[str, Callable[[_Window], Measured]] = {
+    "gpu_memory_leak": lambda w: _slope(w, "gpu_process_memory_used_bytes"),
+    "process_memory_leak": lambda w: _slope(w, "service_process_resident_memory_bytes"),
+    "gpu_cotenant": lambda w: _rise(
+        w, "max(gpu_memory_used_bytes / gpu_memory_total_bytes)", "gpu_memory_used_bytes"
+    ),
+    "gpu_contention": lambda w: _peak(
+        w.end(
+            "max(histogram_quantile(0.99, sum by (job, model, le) "
+            "(rate(model_inference_time_seconds_bucket[W]))))"
+        ),
+        "model_inference_time_seconds",
+    ),
+    # LatencyHighWorkersIdle's left side over the phase
+    "event_loop_blocked": lambda w: _peak(
+        w.end(
+            "max(sum by (job) (rate(http_request_duration_seconds_sum[W])) "
+            "/ sum by (job) (rate(http_request_duration_seconds_count[W])) "
+            "- on (job) (sum by (job) (rate(model_inference_time_seconds_sum[W])) "
+            "/ sum by (job) (rate(model_inference_time_seconds_count[W]))))"
+        ),
+        "http_request_duration_seconds",
+    ),
+    "worker_pool_saturated": lambda w: _peak(
+        w.end(
+            "max(avg_over_time(worker_pool_active_workers[W]) "
+            "/ avg_over_time(worker_pool_max_workers[W]))"
+        ),
+        "worker_pool_active_workers",
+    ),
+    "connection_flood": lambda w: _peak(
+        w.over("max(service_process_open_fds / service_process_max_fds)"),
+        "service_process_open_fds",
+    ),
+    **{
+        name: (
+            lambda w: _peak(
+                w.end(
+                    "max(sum by (reason) (increase(input_rejections_total[W]))) "
+                    "/ sum(increase(http_request_duration_seconds_count[W]))"
+                ),
+                "input_rejections_total",
+            )
+        )
+        for name in ("overlong_inputs", "malformed_inputs")
+    },
+    "cache_stampede": _stampede,
+    # HostCPUSaturated's left side over the phase
+    "cpu_burn": lambda w: _peak(
+        w.end(
+            'max(1 - sum without (mode) (rate(host_cpu_seconds_total{mode=~"idle|iowait"}[W])) '
+            '/ sum without (mode) (rate(host_cpu_seconds_total{mode!~"guest|guest_nice"}[W])))'
+        ),
+        "host_cpu_seconds_total",
+    ),
+    "disk_io_saturation": lambda w: _peak(
+        w.end("max(rate(host_disk_io_time_seconds_total[W]))"), "host_disk_io_time_seconds_total"
+    ),
+    # TCPRetransmitsHigh's ratio (segments sent on real links: loopback left out)
+    "network_loss": lambda w: _peak(
+        w.end(
+            "sum(rate(host_tcp_retransmitted_segments_total[W])) / ((sum(rate("
+            "host_tcp_out_segments_total[W])) - sum(rate(host_network_transmit_packets_total"
+            '{interface="lo"}[W]))) or sum(rate(host_tcp_out_segments_total[W])))'
+        ),
+        "host_tcp_retransmitted_segments_total",
+    ),
+    "network_latency": _probe,
+    "redis_down": lambda w: _peak(
+        w.end(
+            'sum(increase(cache_requests_total{result="error"}[W])) '
+            "/ sum(increase(cache_requests_total[W]))"
+        ),
+        "cache_requests_total",
+    ),
+    "traffic_surge": lambda w: _change(
+        w,
+        "sum(rate(http_request_duration_seconds_count[W]))",
+        "http_request_duration_seconds_count",
+        relative=True,
+    ),
+    "gpu_xid": lambda w: w.delta("sum(gpu_xid_errors_total)"),
+    "gpu_oom": lambda w: w.delta('sum(model_inference_errors_total{error_code="CUDA_OOM"})'),
+    "cold_start": lambda w: _peak(
+        w.end("sum(changes(model_load_time_seconds[W]))"), "model_load_time_seconds"
+    ),
+    "timeouts_not_aborting": _timeouts,
+    "slow_dependency": lambda w: _change(
+        w,
+        'sum(rate(http_request_duration_seconds_sum{route=~"/v1/.*"}[W])) '
+        '/ sum(rate(http_request_duration_seconds_count{route=~"/v1/.*"}[W]))',
+        "http_request_duration_seconds",
+        relative=False,
+    ),
+    "thread_leak": _threads,
+}
+
+#: faults whose magnitude the agent does not collect, and why
+_UNMEASURED: dict[str, str] = {
+    "disk_fill": "the agent collects disk operations and busy time, not bytes written",
+}
+
+
+def _asked(fault: str, severity: str, params: Mapping[str, Any], t: float) -> float | None:
+    """The magnitude the case asked, in the measured signal's terms."""
+    k = knob(fault)
+    if fault == "slow_dependency":
+        return float(params.get("seconds", _defaults(fault)["seconds"]))
+    if fault == "thread_leak":
+        p = {**_defaults(fault), **params}
+        return min(float(p["max_threads"]), float(p["per_request"]) * _request_rate() * t)
+    m = magnitude(fault, params)
+    if m is None:
+        return k.bound
+    if fault == "event_loop_blocked" and not math.isfinite(m):
+        # past the loop's saturation the model has no steady state: at least moderate
+        return 2 * (k.bound or 0.0)
+    if fault == "cpu_burn":
+        return min(1.0, m)  # a busy share cannot pass 100 %
+    return m
+
+
+def _fmt(value: float, unit: str) -> str:
+    if "bytes/s" in unit:
+        return f"{value / 1e6:.2f} MB/s"
+    if unit.startswith(("share", "drop", "rise")):
+        return f"{value:.1%}"
+    if unit.startswith("s "):
+        return f"{value:.3f} s"
+    return f"{value:.4g}"
+
+
+def reached(
+    stack: Any,
+    fault: str,
+    severity: str,
+    params: dict[str, Any],
+    *,
+    quick: bool,
+    t_fault: float,
+    t_end: float,
+) -> Check | None:
+    """Did the fault reach the magnitude ``severity`` asked, on this machine?
+
+    Measured from the agent's store over ``[t_fault, t_end]``. ``ok`` True: reached
+    (a graded fault within ``TOLERANCE`` of the magnitude asked, a fault with one
+    magnitude past its bound); False: "could not reach the <severity> magnitude on
+    this machine: achieved X, asked Y"; ``ok`` None: the magnitude cannot be measured
+    here (the text says why). ``None`` only for a fault whose magnitude is not a
+    number the agent collects.
+    """
+    _check_severity(severity)
+    k = knob(fault)
+    if fault in _UNMEASURED:
+        return None
+    del quick  # the magnitude asked is in params; the phase times set the windows
+    window = _Window(stack.agent.store, float(stack.config.tick), t_fault, t_end)
+    try:
+        achieved = _MEASURES[fault](window)
+    except Exception as exc:  # a query error is reported, never raised into the run
+        achieved = f"the measurement failed: {type(exc).__name__}: {exc}"
+    asked = _asked(fault, severity, params, t_end - t_fault)
+    if isinstance(achieved, str) or asked is None:
+        why = achieved if isinstance(achieved, str) else "nothing asked"
+        return Check(
+            "severity",
+            None,
+            f"{severity} magnitude not measured: {why}",
+            {"severity": severity, "unit": k.unit, "asked": asked},
+        )
+    counted = k.param is None and k.bound == 1.0
+    if k.param is None and k.bound is not None and not counted:
+        ok = achieved > k.bound  # one magnitude: the fault must cross its bound
+    elif counted:
+        ok = achieved >= 1.0
+    else:
+        ok = achieved >= (1.0 - TOLERANCE) * asked
+    data = {"severity": severity, "unit": k.unit, "achieved": achieved, "asked": asked,
+            "bound": k.bound}  # fmt: skip
+    got, want = _fmt(achieved, k.unit), _fmt(asked, k.unit)
+    if ok:
+        text = f"{severity} magnitude reached: {got} ({k.unit}), asked {want}"
+    else:
+        text = (
+            f"could not reach the {severity} magnitude on this machine: achieved {got}, "
+            f"asked {want} ({k.unit})"
+        )
+    return Check("severity", ok, text, data)
+
+
+# -- the benchmark's numbers -------------------------------------------------------------
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize_sweep(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's numbers from a validate report (``Report.to_dict()`` / its JSON).
+
+    Per case (fault x severity): caught (every expected alert fired and the
+    diagnosis named the fault, and kept naming it), the time from injection to the
+    first expected alert and to the stable correct finding, and whether the
+    severity was reached. Totals: caught shares per severity over the cases whose
+    severity was reached (or could not be measured), the unreached ones counted
+    apart; time-to-detection percentiles over the caught cases; false P0/P1 alerts
+    per hour of fault phase. ``ConfigError`` for a report without sweep cases.
+    """
+    if not isinstance(report, Mapping) or not isinstance(report.get("scenarios"), list):
+        raise ConfigError("not a validate report: no 'scenarios' list")
+    cases = []
+    fault_s = 0.0
+    false_alerts = 0
+    for s in report["scenarios"]:
+        sev = s.get("severity")
+        if sev is None:
+            continue  # a pair or a plain case beside the sweep
+        if sev not in SEVERITIES:
+            raise ConfigError(f"case {s.get('fault')!r}: unknown severity {sev!r}")
+        checks = {c["name"]: c for c in s.get("checks", [])}
+        alerts = [c for n, c in checks.items() if n.startswith("alert:")]
+        diag = checks.get("diagnosis")
+        sev_check = checks.get("severity")
+        other = checks.get("other_alerts")
+        case: dict[str, Any] = {
+            "case": s.get("fault"),
+            "fault": "+".join(s.get("faults") or [str(s.get("fault", "")).split("@")[0]]),
+            "severity": sev,
+            "skipped": s.get("skipped"),
+            "error": s.get("error"),
+        }
+        cases.append(case)
+        if s.get("skipped"):
+            case.update(caught=None, reached=None)
+            continue
+        fired = [c["data"]["after_s"] for c in alerts if c.get("ok") and "after_s" in c["data"]]
+        diag_ok = bool(diag and diag.get("ok"))
+        case["caught"] = s.get("error") is None and all(c.get("ok") for c in alerts) and diag_ok
+        case["first_alert_s"] = min(fired) if fired else None
+        case["finding_s"] = diag["data"].get("after_s") if diag_ok and diag else None
+        case["stable_share"] = (diag or {}).get("data", {}).get("stable_share")
+        case["reached"] = None if sev_check is None else sev_check.get("ok")
+        case["reached_text"] = None if sev_check is None else sev_check.get("text")
+        false = list((other or {}).get("data", {}).get("false_paging", []))
+        case["false_p0p1"] = false
+        false_alerts += len(false)
+        t0, t1 = s.get("t_fault"), s.get("t_revert") or s.get("ended_at")
+        if isinstance(t0, int | float) and isinstance(t1, int | float) and t1 > t0:
+            fault_s += t1 - t0
+    if not cases:
+        raise ConfigError("the report holds no sweep case (run 'aivitals validate --sweep')")
+    ran = [c for c in cases if c.get("caught") is not None]
+    unreached = [c for c in ran if c["reached"] is False]
+    counted = [c for c in ran if c["reached"] is not False]
+    shares: dict[str, float | None] = {}
+    for sev in SEVERITIES:
+        at = [c for c in counted if c["severity"] == sev]
+        shares[sev] = sum(c["caught"] for c in at) / len(at) if at else None
+    ttd = [c["first_alert_s"] for c in counted if c["caught"] and c["first_alert_s"] is not None]
+    return {
+        "cases": cases,
+        "caught": shares,
+        "ttd_p50_s": _quantile(ttd, 0.5),
+        "ttd_p90_s": _quantile(ttd, 0.9),
+        "false_p0p1": false_alerts,
+        "fault_hours": fault_s / 3600.0,
+        "false_p0p1_per_h": false_alerts / (fault_s / 3600.0) if fault_s > 0 else None,
+        "unreached": len(unreached),
+        "skipped": len(cases) - len(ran),
+        "ran": len(ran),
+    }
