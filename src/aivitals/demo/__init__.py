@@ -20,6 +20,7 @@ from ._faults import FAULTS as IN_PROCESS_FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
+from ._session import SoakLoad
 from ._stack import QUICK_RULES, Stack, StackConfig, scale_for
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "DemoService",
     "QueueFullError",
     "RedisServer",
+    "SoakLoad",
     "Stack",
     "StackConfig",
     "create_app",

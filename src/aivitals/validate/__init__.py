@@ -16,22 +16,33 @@ the revert. One line per check, a JSON report, a non-zero exit on any failure.
 
 from __future__ import annotations
 
+from ._cases import PAIRS, Case
 from ._config import ValidateConfig
 from ._lock import RunLock, default_lock_path
+from ._record import Recording, load_recordings, save_recording
 from ._report import Check, Report, ScenarioResult
 from ._runner import LOG_FIELDS, run_validate
 from ._scenarios import SCENARIOS, Scenario, hostable
+from ._soak import SoakReport, parse_soak_duration, run_soak
 
 __all__ = [
     "LOG_FIELDS",
+    "PAIRS",
     "SCENARIOS",
+    "Case",
     "Check",
+    "Recording",
     "Report",
     "RunLock",
     "Scenario",
     "ScenarioResult",
+    "SoakReport",
     "ValidateConfig",
     "default_lock_path",
     "hostable",
+    "load_recordings",
+    "parse_soak_duration",
+    "run_soak",
     "run_validate",
+    "save_recording",
 ]

@@ -140,9 +140,10 @@ def validate(
     )
     report: Any
     if soak is not None:
-        from ._soak import run_soak
+        from ._soak import parse_soak_duration, run_soak
 
-        report = run_soak(config, parse_duration(soak), echo=lambda line: click.echo(line))
+        seconds = parse_soak_duration(soak)
+        report = run_soak(config, seconds, echo=lambda line: click.echo(line))
     else:
         report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)
@@ -182,16 +183,3 @@ def _names(text: str | None) -> tuple[str, ...] | None:
         case(n)
     return names
 
-
-def parse_duration(text: str) -> float:
-    """``300``, ``300s``, ``5m`` or ``1h`` as seconds; ConfigError otherwise."""
-    raw = text.strip().lower()
-    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
-    try:
-        seconds = float(number) * (scale or 1.0)
-    except ValueError:
-        raise ConfigError(f"--soak {text!r}: expected a duration like 300, 5m or 1h") from None
-    if not (seconds == seconds and 0 < seconds <= 7 * 86400):
-        raise ConfigError(f"--soak {text!r}: expected more than 0 s and at most a week")
-    return seconds

@@ -205,13 +205,17 @@ def _record(
         "tick": stack.config.tick,
         "passed": result.passed,
     }
+    start, end = result.t_baseline, result.ended_at or time.time()
     try:
+        # events and alert history too: the diagnosis reads them, a snapshot holds series
         path = save_recording(
             stack.agent.store,
             config.record,
             label,
-            start=result.t_baseline,
-            end=result.ended_at or time.time(),
+            start=start,
+            end=end,
+            events=stack.agent.events(start=start, end=end),
+            alerts=stack.engine.history(start=start, end=end),
         )
     except Exception as exc:  # a failed recording is reported; the check results stand
         echo(result.add(Check("recorded", False, f"recording failed: {exc}")).line())
