@@ -488,3 +488,29 @@ def test_benchmark_from_report(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 2 and "not a validate report" in run.stderr
+
+
+def test_a_leak_that_hit_its_bound_is_measured_until_then() -> None:
+    # 1 MiB a request at 4 requests/s, capped by max_mib=60 after ~15 s of a 40 s phase
+    params = {"mib_per_request": 1.0, "max_mib": 60.0}
+    rate = MIB * 4
+    store = Store()
+    _fill(
+        store,
+        "service_process_resident_memory_bytes",
+        {"pid": "7"},
+        lambda t: 5e8 + min(60 * MIB, max(0.0, t - T0) * rate),
+        T0 - 30,
+        T0 + 40,
+    )
+    check = reached(
+        _stack(store),
+        "process_memory_leak",
+        "severe",
+        params,
+        quick=True,
+        t_fault=T0,
+        t_end=T0 + 40,
+    )
+    assert check is not None and check.ok is True, check
+    assert check.data["achieved"] == pytest.approx(rate, rel=0.05)

@@ -593,6 +593,8 @@ class _Window:
     tick: float
     t_fault: float
     t_end: float
+    #: when a leak would reach its bound (the device full, the fault's max_mib)
+    full_at: float = math.inf
 
     @property
     def w(self) -> str:
@@ -651,11 +653,30 @@ def _rise(w: _Window, expr: str, metric: str) -> Measured:
 
 
 def _slope(w: _Window, metric: str) -> Measured:
-    # the steepest least-squares slope over half the phase: a leak that filled the
-    # device before the phase ended grew at its rate until then
-    half = max(4 * w.tick, (w.t_end - w.t_fault) / 2)
-    values = w.over(f"max(deriv({metric}[{int(half)}s]))")
+    # the least-squares slope from the injection to the phase's end, or to when the
+    # leak reached its bound (a full device, the fault's max_mib) and stopped growing:
+    # it averages out the per-request KV reservations that come and go on the device
+    end = min(w.t_end, max(w.t_fault + 4 * w.tick, w.full_at))
+    span = max(int(end - w.t_fault), int(2 * w.tick) + 1)
+    values = [v for _, v in w._eval(f"max(deriv({metric}[{span}s]))", end, end)]
     return _peak(values, metric)
+
+
+def _full_at(fault: str, params: Mapping[str, Any], t_fault: float) -> float:
+    """When a leak asked at ``params`` reaches what bounds it (90 % of the way, for
+    the requests' own rate to vary): the sim device's free memory, or max_mib."""
+    if fault not in ("gpu_memory_leak", "process_memory_leak"):
+        return math.inf
+    p = {**_defaults(fault), **params}
+    rate = float(p["mib_per_request"]) * _MIB * _request_rate()
+    if fault == "process_memory_leak":
+        room = float(p["max_mib"]) * _MIB
+    else:
+        from ..demo import DemoConfig
+
+        demo = DemoConfig()
+        room = float(demo.sim_gpu_memory_total - demo.sim_weights_bytes)
+    return t_fault + 0.9 * room / rate if rate > 0 else math.inf
 
 
 def _change(w: _Window, expr: str, metric: str, *, relative: bool) -> Measured:
@@ -858,7 +879,8 @@ def reached(
     if fault in _UNMEASURED:
         return None
     del quick  # the magnitude asked is in params; the phase times set the windows
-    window = _Window(stack.agent.store, float(stack.config.tick), t_fault, t_end)
+    full = _full_at(fault, params, t_fault)
+    window = _Window(stack.agent.store, float(stack.config.tick), t_fault, t_end, full)
     try:
         achieved = _MEASURES[fault](window)
     except Exception as exc:  # a query error is reported, never raised into the run
