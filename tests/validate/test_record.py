@@ -109,11 +109,13 @@ def test_round_trip_keeps_window_label_events_and_the_diagnosis(
     before = Event(sc.start - 50, "kernel", "outside the window", {})
     alert = _Alert("GPUMemoryHigh", {"severity": "P1"}, "firing", sc.fault_start + 10,
                    sc.fault_start + 20, None)  # fmt: skip
+    # resolved before the window: its transition is not part of the recording
+    old = _Alert("CPUHigh", {}, "resolved", sc.start - 90, sc.start - 80, sc.start - 60)
     label = _label(sc)
     # the window saved is [start + 5, end]: samples before it must not be kept
     path = save_recording(
         store, tmp_path, label, start=sc.start + 5, end=sc.end, events=[xid, before],
-        alerts=[alert],
+        alerts=[old, alert],
     )  # fmt: skip
     assert path == tmp_path / f"gpu_memory_leak-moderate{SNAPSHOT_SUFFIX}"
     assert (tmp_path / "gpu_memory_leak-moderate.json").is_file()

@@ -216,7 +216,8 @@ def save_recording(
 
     Returns the snapshot's path. ``label`` is checked first (``ConfigError`` naming
     the field, nothing written); ``events`` (``Agent.events``) and ``alerts``
-    (``RuleEngine.history``) in the window are kept beside it, since the diagnosis
+    (``RuleEngine.history``) whose time falls in the saved window are kept beside it
+    (pass them unfiltered: the window may be widened, see below), since the diagnosis
     reads them and a snapshot holds only series. ``start`` is moved earlier when the
     diagnosis validate judges (``Recording.diagnosis_window``) reads further back,
     with its first rates: what the store then lacks is flagged at load time as a gap.
@@ -264,7 +265,7 @@ def save_recording(
                 for e in events
                 if start <= float(e.time) <= end
             ],
-            "alerts": [_alert_dict(a) for a in alerts],
+            "alerts": [d for d in map(_alert_dict, alerts) if start <= _at(d) <= end],
         }
         tmp_label.write_text(json.dumps(doc, indent=1, sort_keys=True, default=_jsonable) + "\n")
         os.replace(tmp_snap, snap)
@@ -531,6 +532,18 @@ def _alert_dict(a: Any) -> dict[str, Any]:
         "fired_at": _opt_float(getattr(a, "fired_at", None)),
         "resolved_at": _opt_float(getattr(a, "resolved_at", None)),
     }
+
+
+def _at(alert: Mapping[str, Any]) -> float:
+    """The time of the recorded transition (``AlertEvent.at``)."""
+    return RecordedAlert(
+        alert["alertname"],
+        alert["labels"],
+        alert["state"],
+        alert["active_at"],
+        alert["fired_at"],
+        alert["resolved_at"],
+    ).at
 
 
 def _opt_float(value: Any) -> float | None:
