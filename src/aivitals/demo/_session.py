@@ -14,11 +14,13 @@ drives the same run without one. Every second ``check()`` raises what failed
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "FOR_FACTOR",
     "DemoSession",
     "SessionOptions",
+    "SoakLoad",
     "check_port_free",
     "preflight",
 ]
@@ -219,3 +222,191 @@ class DemoSession:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class SoakLoad:
+    """The demo's replay on a started ``Stack`` for a soak of ``duration`` seconds.
+
+    As ``aivitals demo`` replays: a capacity probe, the trace (lengths scaled) at
+    ``utilization`` of the measured rate with its own bursts, a Zipf prompt pool sized
+    for ``hit_ratio`` against ``cache_ttl``, embeddings beside it. Two things change
+    over the run (``_workload``): the rate ramps from x``swing[0]`` to x``swing[1]``
+    (``swing_offsets``: the same share every minute; the embeddings too), and the popular
+    prompts drift (``churn_entry``: the hot set is replaced ``churn_turnovers`` times),
+    so cached keys stop being asked and expire while new ones are cached. The warped
+    send times go to the load generator as trace files in the stack's workdir.
+
+    **Usage**::
+
+        load = SoakLoad(stack, duration=300, cache_ttl=60).start()
+        while load.seconds < 300:
+            load.check(); time.sleep(1)
+        load.stop()
+    """
+
+    def __init__(
+        self,
+        stack: Any,
+        *,
+        duration: float,
+        cache_ttl: float,
+        swing: tuple[float, float] = (0.5, 1.5),
+        churn_turnovers: float = 2.0,
+        trace: str = "azure-conv",
+        utilization: float = 0.5,
+        hit_ratio: float = 0.4,
+        embeddings_rate: float = 2.0,
+        probe_seconds: float = 5.0,
+        seed: int = 0,
+    ) -> None:
+        from ._streams import AgentCheck
+        from ._workload import rate_multiplier
+
+        rate_multiplier(0.0, duration, *swing)  # a bad duration or swing fails here
+        if not cache_ttl > 0:
+            raise ConfigError(f"cache_ttl={cache_ttl!r}: expected > 0 seconds")
+        self.stack = stack
+        self.duration = float(duration)
+        self.cache_ttl = cache_ttl
+        self.swing = swing
+        self.churn_turnovers = churn_turnovers
+        self.trace = trace
+        self.utilization = utilization
+        self.hit_ratio = hit_ratio
+        self.embeddings_rate = embeddings_rate
+        self.probe_seconds = probe_seconds
+        self.seed = seed
+        self.trace_rows = preflight(trace, None)
+        self.stop_event = threading.Event()
+        self.streams: list[Any] = []
+        self.workload: Any = None
+        #: seconds between two new most popular prompts
+        self.churn_every = 0.0
+        #: wall-clock time (``time.time()``) the replay started
+        self.started_at = 0.0
+        self._started = 0.0
+        self._agent_check = AgentCheck()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds since the replay started (0 before)."""
+        return time.monotonic() - self._started if self._started else 0.0
+
+    @property
+    def base_rps(self) -> float:
+        """The completions rate at x1 (``utilization`` of the measured capacity)."""
+        return float(self.workload.target_rps) if self.workload is not None else 0.0
+
+    def multiplier(self, t: float) -> float:
+        """The planned rate multiplier ``t`` seconds into the replay."""
+        from ._workload import rate_multiplier
+
+        return rate_multiplier(t, self.duration, *self.swing)
+
+    def start(self) -> SoakLoad:
+        """Probe the capacity, plan the replay, start the load streams (blocks for the probe)."""
+        from ..load import TraceRequest, poisson_schedule
+        from ._streams import workload_streams
+        from ._workload import (
+            LENGTH_SCALE,
+            churn_period,
+            churned_requests,
+            plan_workload,
+            swing_offsets,
+            write_trace_csv,
+        )
+
+        stack = self.stack
+        workload = plan_workload(
+            self.trace_rows,
+            url=stack.service.url,
+            workers=stack.config.workers,
+            rate=None,
+            utilization=self.utilization,
+            hit_ratio=self.hit_ratio,
+            cache_ttl=self.cache_ttl,
+            embeddings_rate=self.embeddings_rate,
+            probe_seconds=self.probe_seconds,
+            duration=self.duration,
+            seed=self.seed,
+            length_scale=LENGTH_SCALE,
+        )
+        # the trace at x1, its clock run at the ramp's multiplier; what falls past the
+        # end is not sent (the ramp averages x0.91 for 0.5..1.5, so that much of it)
+        warped = swing_offsets(
+            [r.at * workload.time_scale for r in self.trace_rows], self.duration, *self.swing
+        )
+        rows = [r for r, t in zip(self.trace_rows, warped, strict=True) if t < self.duration]
+        sends = warped[: len(rows)]
+        self.churn_every = churn_period(
+            workload.pool_size, workload.zipf_s, self.duration, self.churn_turnovers
+        )
+        completions = churned_requests(
+            self.trace_rows,
+            sends,
+            pool_size=workload.pool_size,
+            zipf_s=workload.zipf_s,
+            every=self.churn_every,
+            seed=self.seed,
+        )
+        path = write_trace_csv(Path(stack.workdir) / "soak-trace.csv", sends, rows)
+        # the embeddings ramp with the completions (a whole service's traffic rises, not one
+        # endpoint's: the mix of input lengths the model sees stays the demo's)
+        emb = swing_offsets(
+            poisson_schedule(self.embeddings_rate, self.duration, seed=self.seed),
+            self.duration,
+            *self.swing,
+        )
+        emb = [t for t in emb if t < self.duration]
+        # their bodies come from the embeddings pool; the lengths written are placeholders
+        emb_path = write_trace_csv(
+            Path(stack.workdir) / "soak-embeddings.csv",
+            emb,
+            [TraceRequest(t, 1, 1) for t in emb],
+        )
+        # the file holds the swung send times: replayed as written
+        self.workload = dataclasses.replace(workload, completions=tuple(completions))
+        replay = dataclasses.replace(self.workload, time_scale=1.0)
+        self._started = time.monotonic()
+        self.started_at = time.time()
+        self.streams = workload_streams(
+            replay,
+            base_url=stack.service.url,
+            trace=str(path),
+            stop=self.stop_event,
+            until=self._started + self.duration,
+            embeddings_trace=str(emb_path),
+        )
+        for st in self.streams:
+            st.start()
+        return self
+
+    def why(self) -> str:
+        if self.workload is None:
+            return "not started"
+        low, high = self.swing
+        return (
+            f"{self.workload.why()}; rate ramped x{low:g}..x{high:g} over {self.duration:g} s "
+            "(completions and embeddings); "
+            f"a new most popular prompt every {self.churn_every:.1f} s (hot set replaced "
+            f"{self.churn_turnovers:g} times)"
+        )
+
+    def check(self) -> None:
+        """Raise (``ServiceError``) what stopped: a load stream, or a part of the stack."""
+        from ._streams import stack_failure
+
+        for st in self.streams:
+            st.check()
+        failure = stack_failure(self.stack, self._agent_check)
+        if failure is not None:
+            raise ServiceError(failure)
+
+    def clients(self) -> list[Any]:
+        return [st.counts() for st in self.streams]
+
+    def stop(self) -> None:
+        """Stop sending and wait for the requests in flight (the stack keeps running)."""
+        self.stop_event.set()
+        for st in self.streams:
+            st.join(timeout=35)

@@ -90,8 +90,13 @@ def workload_streams(
     until: float | None,
     timeout: float = 30.0,
     load: Any = run_load,
+    embeddings_trace: str | None = None,
 ) -> list[LoadStream]:
-    """The completions replay and the embeddings stream of ``workload`` (not started)."""
+    """The completions replay and the embeddings stream of ``workload`` (not started).
+
+    ``embeddings_trace`` (a trace file) gives the embeddings their send times, as the
+    soak's ramp does; without it they are a Poisson stream at ``workload.embeddings_rps``.
+    """
     base = base_url.rstrip("/")
 
     def completions(left: float) -> LoadConfig:
@@ -105,6 +110,14 @@ def workload_streams(
         )
 
     def embeddings(left: float) -> LoadConfig:
+        if embeddings_trace is not None:
+            return LoadConfig(
+                url=base + "/v1/embeddings",
+                trace=embeddings_trace,
+                duration=left,
+                requests=workload.embeddings,
+                timeout=timeout,
+            )
         return LoadConfig(
             url=base + "/v1/embeddings",
             rate=workload.embeddings_rps,

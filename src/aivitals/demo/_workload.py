@@ -38,9 +38,14 @@ cold cache starts lower). ``N`` is chosen so this lands on ``hit_ratio``
 
 from __future__ import annotations
 
+import csv
+import math
 import random
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ServiceError
@@ -60,12 +65,19 @@ __all__ = [
     "MAX_PROMPT_TOKENS",
     "Capacity",
     "Workload",
+    "churn_entry",
+    "churn_period",
+    "churned_requests",
     "expected_hit_ratio",
+    "hot_set_size",
     "measure_capacity",
     "plan_workload",
     "pool_size_for",
+    "rate_multiplier",
     "scale_lengths",
+    "swing_offsets",
     "trace_rate",
+    "write_trace_csv",
     "zipf_weights",
 ]
 
@@ -393,3 +405,128 @@ def plan_workload(
         utilization=utilization,
         length_scale=length_scale,
     )
+
+
+# --- the soak: a slow swing of the rate and a drifting popularity (cache churn) -------------
+def _check_swing(duration: float, low: float, high: float) -> None:
+    if not (isinstance(duration, int | float) and math.isfinite(duration) and duration > 0):
+        raise ConfigError(f"swing duration {duration!r}: expected > 0 seconds")
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+        raise ConfigError(f"rate swing x{low!r}..x{high!r}: expected 0 < low <= high")
+
+
+def rate_multiplier(t: float, duration: float, low: float = 0.5, high: float = 1.5) -> float:
+    """The soak's rate multiplier at ``t`` seconds into a run of ``duration``: a ramp from
+    ``low`` at the start to ``high`` at the end.
+
+    Geometric (``low * (high / low) ** (t / duration)``): the rate changes by the same
+    share every minute, the least any path from ``low`` to ``high`` can (x1.25 a minute
+    over 5 minutes, x1.019 over an hour), so no minute of it looks like a surge while the
+    run still crosses the whole range. Past the end it keeps ``high``.
+    """
+    _check_swing(duration, low, high)
+    return float(low * (high / low) ** (min(max(t, 0.0), duration) / duration))
+
+
+def swing_offsets(
+    offsets: Sequence[float], duration: float, low: float = 0.5, high: float = 1.5
+) -> list[float]:
+    """Send times with the rate multiplied by ``rate_multiplier``.
+
+    The trace's own clock advances ``rate_multiplier(t)`` trace seconds per wall second,
+    so its bursts and gaps keep their shape (a burst at x1.5 is the same burst, 1.5x
+    denser) while the mean rate follows the ramp. ``offsets`` are the trace's send times
+    at x1. Over the run the trace's clock advances ``duration * mean multiplier``
+    (``(high - low) / ln(high / low)``, 0.91 for 0.5..1.5); later offsets keep the
+    multiplier of the end.
+    """
+    import numpy as np
+
+    _check_swing(duration, low, high)
+    at = np.asarray(offsets, dtype=float)
+    if at.size and (not np.all(np.isfinite(at)) or at.min() < 0):
+        raise ConfigError("trace offsets: expected finite times >= 0")
+    growth = math.log(high / low) / duration  # per second
+    # the trace clock M(t) = integral of the multiplier, inverted in closed form
+    if growth == 0.0:
+        wall = at / low
+    else:
+        end = low * math.expm1(growth * duration) / growth  # M(duration)
+        wall = np.log1p(np.minimum(at, end) * growth / low) / growth
+        past = at > end
+        wall[past] = duration + (at[past] - end) / high
+    return [float(w) for w in wall]
+
+
+def hot_set_size(weights: Any, share: float = 0.5) -> int:
+    """How many of the most popular entries carry ``share`` of the requests."""
+    import numpy as np
+
+    if not 0 < share <= 1:
+        raise ConfigError(f"share {share!r}: expected 0 < share <= 1")
+    cum = np.cumsum(np.asarray(weights, dtype=float))
+    return int(np.searchsorted(cum, share * cum[-1] - 1e-12)) + 1
+
+
+def churn_period(pool_size: int, zipf_s: float, duration: float, turnovers: float = 2.0) -> float:
+    """Seconds between two new most-popular prompts, so that the hot set (the entries that
+    carry half the requests) is replaced ``turnovers`` times over ``duration``."""
+    if not turnovers > 0:
+        raise ConfigError(f"churn turnovers {turnovers!r}: expected > 0")
+    if not duration > 0:
+        raise ConfigError(f"churn duration {duration!r}: expected > 0 seconds")
+    return duration / (turnovers * hot_set_size(_weights(pool_size, zipf_s)))
+
+
+def churn_entry(rank: int, t: float, every: float) -> int:
+    """The pool entry at popularity ``rank`` (0-based) ``t`` seconds in: every ``every``
+    seconds a new entry takes rank 0 and every other moves one rank down.
+
+    New questions arrive popular and old ones fade, as topics do: an entry that falls
+    out of the asked ranks is left to expire from the cache by its TTL (nothing is
+    flushed), and each new one costs one miss before it hits.
+    """
+    if not every > 0:
+        raise ConfigError(f"churn period {every!r}: expected > 0 seconds")
+    return rank - int(t // every)
+
+
+def churned_requests(
+    trace: list[TraceRequest],
+    send_times: Sequence[float],
+    *,
+    pool_size: int,
+    zipf_s: float = 1.0,
+    every: float,
+    seed: int = 0,
+) -> list[RequestSpec]:
+    """One completion per send time: a Zipf rank drawn for it, mapped through
+    ``churn_entry`` at that time; entry ``e`` has the lengths of trace row
+    ``offset + 7919 e`` (cycled, as ``plan_workload``'s pool) and one text."""
+    rng = random.Random(seed)
+    offset = rng.randrange(len(trace))
+    ranks = zipf_ranks(_weights(pool_size, zipf_s), len(send_times), rng)
+    keys = [
+        offset + churn_entry(k, t, every) * 7919 for k, t in zip(ranks, send_times, strict=True)
+    ]
+    return _pick(trace, keys, _completion, rng)
+
+
+#: The (arbitrary) first timestamp of a written trace: a date with no daylight-saving
+#: change within days of it anywhere, as the reader takes naive times as local.
+_TRACE_EPOCH = datetime(2024, 1, 10)
+
+
+def write_trace_csv(path: Path, send_times: Sequence[float], rows: Sequence[TraceRequest]) -> Path:
+    """A trace file (``aivitals.load`` columns) sending ``rows[i]`` at ``send_times[i]``."""
+    if len(send_times) != len(rows):
+        raise ConfigError(f"{len(send_times)} send times for {len(rows)} trace rows")
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+        for at, row in zip(send_times, rows, strict=True):
+            stamp = (_TRACE_EPOCH + timedelta(seconds=at)).isoformat(
+                sep=" ", timespec="microseconds"
+            )
+            w.writerow((stamp, row.prompt_tokens, row.max_tokens))
+    return path

@@ -1,0 +1,689 @@
+"""``aivitals validate --soak DURATION``: the demo stack under its normal, changing load and
+no fault; a monitor worth trusting stays quiet.
+
+The demo's replay of the Azure trace (its own bursts, ``aivitals.demo.SoakLoad``) with
+a slow ramp of the whole traffic's rate (x0.5 to x1.5 over the run, the same share
+every minute), cache churn (the popular
+prompts drift, so cached keys stop being asked and expire while new ones are cached;
+nothing is flushed) and one planned model reload half-way (the service drops its models
+and the next request loads them again: the in-process ``cold_start`` endpoint, so the
+``ModelReloaded`` P2 it raises is expected). Every alert that fires is counted by rule
+and severity (the pack's ``severity`` label); the diagnosis is asked at a fixed cadence
+over a recent window and must find nothing at or above ``HIGH_CONFIDENCE``. It passes
+with no P0/P1 alert, every poll healthy, and the load and the stack alive to the end.
+
+**Usage**::
+
+    report = run_soak(ValidateConfig(quick=True), 300.0)
+    report.write(Path("soak.json")); sys.exit(0 if report.passed else 1)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AivitalsError, ConfigError
+from ._config import ValidateConfig
+from ._lock import RunLock
+
+__all__ = [
+    "MAX_SOAK_S",
+    "PLANNED_RELOAD_ALERTS",
+    "PLANNED_RELOAD_FINDINGS",
+    "PollResult",
+    "SoakPlan",
+    "SoakReport",
+    "parse_soak_duration",
+    "run_soak",
+]
+
+Echo = Callable[[str], None]
+
+#: The longest soak: a week (as ``--soak`` takes; a longer one is a deployment, not a check).
+MAX_SOAK_S = 7 * 86400.0
+#: Alerts a planned model reload legitimately raises (the model was loaded again), and
+#: how long after the reload they count as its consequence rather than a false alert.
+PLANNED_RELOAD_ALERTS = ("ModelReloaded",)
+#: Diagnosis findings that name the planned reload itself (reported apart, still counted).
+PLANNED_RELOAD_FINDINGS = ("cold_start",)
+#: Severities that page (the rule pack's ``severity`` label).
+PAGING = ("P0", "P1")
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_soak_duration(text: str | float) -> float:
+    """Seconds from ``300``, ``90s``, ``5m``, ``1h``, ``1h30m``: ``ConfigError`` otherwise,
+    and for a duration <= 0 or over ``MAX_SOAK_S``."""
+    if isinstance(text, bool):
+        raise ConfigError(f"soak duration {text!r}: expected seconds or 5m, 1h")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        raw = text.strip().lower()
+        parts = _DURATION.findall(raw)
+        if not raw or "".join(n + u for n, u in parts) != raw:
+            raise ConfigError(
+                f"soak duration {text!r}: expected seconds (300) or a duration (90s, 5m, 1h, 1h30m)"
+            )
+        seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_SOAK_S):
+        raise ConfigError(f"soak duration {text!r}: expected more than 0 s and at most a week")
+    return seconds
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    """The cadence of one soak: when the diagnosis is asked, over which window, and when
+    the reload happens. Quick runs have compressed rule time (1 s ticks) and poll every
+    10 s over the last minute; full runs poll every 30 s over the last 3 minutes."""
+
+    duration: float
+    quick: bool
+    poll_every: float
+    window: float
+    min_window: float
+    reload_at: float
+    cache_ttl: float
+    swing: tuple[float, float] = (0.5, 1.5)
+
+    @classmethod
+    def for_run(cls, duration: float, quick: bool) -> SoakPlan:
+        duration = parse_soak_duration(duration)
+        # the cache TTL is compressed with rule time in quick runs, so keys expire within
+        # a five-minute soak; the full run keeps the demo's own 300 s
+        poll_every, window, min_window, ttl = (
+            (10.0, 60.0, 30.0, 60.0)
+            if quick
+            else (
+                30.0,
+                180.0,
+                90.0,
+                300.0,
+            )
+        )
+        if duration < 2 * min_window:
+            raise ConfigError(
+                f"soak duration {duration:g} s: at least {2 * min_window:g} s "
+                f"({'quick' if quick else 'full'} run), so the diagnosis is asked more than once"
+            )
+        return cls(duration, quick, poll_every, window, min_window, duration / 2, ttl)
+
+    def poll_times(self) -> list[float]:
+        """Seconds into the soak at which the diagnosis is asked."""
+        first = math.ceil(self.min_window / self.poll_every) * self.poll_every
+        n = math.ceil((self.duration - first) / self.poll_every)  # all before the end
+        return [first + i * self.poll_every for i in range(max(0, n))]
+
+
+@dataclass
+class PollResult:
+    """One diagnosis poll: ``at`` seconds into the soak, over ``window`` seconds."""
+
+    at: float
+    window: float
+    healthy: bool
+    shape: str
+    #: findings at or above the report floor: (signature, layer, confidence)
+    findings: list[tuple[str, str, float]] = field(default_factory=list)
+    error: str | None = None
+    #: not healthy, and what it named at or above the threshold is only the planned
+    #: reload (``PLANNED_RELOAD_FINDINGS``): still counted as not healthy, told apart
+    names_planned_reload: bool = False
+
+
+@dataclass
+class AlertFiring:
+    """One alert that fired during the soak (``at``: seconds into the soak)."""
+
+    alertname: str
+    severity: str
+    at: float
+    value: float
+    summary: str
+    #: a consequence of the planned reload (``PLANNED_RELOAD_ALERTS`` after it)
+    expected: bool = False
+    resolved_after: float | None = None
+
+
+@dataclass
+class SoakReport:
+    quick: bool
+    duration: float
+    started_at: float = field(default_factory=time.time)
+    #: when the replay started (epoch s); the soak's clock counts from it
+    soak_started_at: float | None = None
+    ended_at: float | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    alerts: list[AlertFiring] = field(default_factory=list)
+    #: alerts that fired during start-up (the stack and the capacity probe), not counted
+    startup_alerts: list[str] = field(default_factory=list)
+    poll_results: list[PollResult] = field(default_factory=list)
+    clients: list[dict[str, Any]] = field(default_factory=list)
+    #: (seconds into the soak, completions sent per second / the x1 rate) per window
+    multiplier: list[tuple[float, float]] = field(default_factory=list)
+    #: (seconds into the soak, {cache: hit ratio over the last poll interval})
+    cache_hit_ratio: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    reload: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    # --- the numbers -------------------------------------------------------------------------
+    @property
+    def soaked_s(self) -> float:
+        """Seconds the soak ran (its load), at most its duration."""
+        if self.soak_started_at is None:
+            return 0.0
+        end = self.ended_at or time.time()
+        return max(0.0, min(self.duration, end - self.soak_started_at))
+
+    def per_hour(self, count: int) -> float:
+        hours = self.soaked_s / 3600.0
+        return count / hours if hours > 0 else 0.0
+
+    @property
+    def false_alerts(self) -> list[AlertFiring]:
+        return [a for a in self.alerts if not a.expected]
+
+    @property
+    def alerts_p0p1(self) -> int:
+        return sum(a.severity in PAGING for a in self.alerts)
+
+    def by_rule(self, *, paging_only: bool = False) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.false_alerts:
+            if not paging_only or a.severity in PAGING:
+                out[a.alertname] = out.get(a.alertname, 0) + 1
+        return dict(sorted(out.items()))
+
+    @property
+    def polls(self) -> int:
+        return len(self.poll_results)
+
+    @property
+    def healthy_polls(self) -> int:
+        return sum(p.healthy for p in self.poll_results)
+
+    @property
+    def polls_naming_planned_reload(self) -> int:
+        return sum(p.names_planned_reload for p in self.poll_results)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            not self.interrupted
+            and not self.problems
+            and self.alerts_p0p1 == 0
+            and self.polls > 0
+            and self.healthy_polls == self.polls
+        )
+
+    def requests(self) -> dict[str, int]:
+        keys = ("sent", "answered", "errors", "timeouts")
+        return {k: sum(int(c.get(k, 0)) for c in self.clients) for k in keys}
+
+    def multiplier_range(self) -> tuple[float, float] | None:
+        values = [m for _, m in self.multiplier]
+        return (min(values), max(values)) if values else None
+
+    def summary(self) -> str:
+        req = self.requests()
+        by = ", ".join(f"{k} x{v}" for k, v in self.by_rule().items()) or "none"
+        p0p1 = self.alerts_p0p1
+        verdict = "passed" if self.passed else "FAILED"
+        why = "" if self.passed else f" ({'; '.join(self._failures())})"
+        mode = "quick" if self.quick else "full"
+        return (
+            f"soak {self.soaked_s:.0f} of {self.duration:g} s ({mode}):"
+            f" {p0p1} P0/P1 alerts ({self.per_hour(p0p1):.1f}/h), false alerts by rule: {by}; "
+            f"{self.healthy_polls}/{self.polls} polls healthy; {req['sent']} requests sent, "
+            f"{req['answered']} answered, {req['errors'] + req['timeouts']} errors; "
+            f"{verdict}{why}"
+        )
+
+    def _failures(self) -> list[str]:
+        out = []
+        if self.interrupted:
+            out.append("interrupted")
+        if self.alerts_p0p1:
+            out.append(f"{self.alerts_p0p1} P0/P1 alerts fired")
+        if not self.polls:
+            out.append("no diagnosis poll ran")
+        elif self.healthy_polls < self.polls:
+            reload = self.polls_naming_planned_reload
+            only = f", {reload} of them naming only the planned reload" if reload else ""
+            out.append(f"{self.polls - self.healthy_polls} polls not healthy{only}")
+        out += self.problems
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        p0p1 = self.alerts_p0p1
+        rng = self.multiplier_range()
+        out.update(
+            passed=self.passed,
+            summary=self.summary(),
+            soaked_s=self.soaked_s,
+            alerts_p0p1=p0p1,
+            false_p0p1_per_h=self.per_hour(sum(self.by_rule(paging_only=True).values())),
+            false_per_h=self.per_hour(len(self.false_alerts)),
+            false_per_h_by_rule={k: self.per_hour(v) for k, v in self.by_rule().items()},
+            false_p0p1_per_h_by_rule={
+                k: self.per_hour(v) for k, v in self.by_rule(paging_only=True).items()
+            },
+            polls=self.polls,
+            healthy_polls=self.healthy_polls,
+            polls_naming_planned_reload=self.polls_naming_planned_reload,
+            requests=self.requests(),
+            multiplier_range=list(rng) if rng else None,
+        )
+        return out
+
+    def to_markdown(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.started_at))
+        mode = "--quick" if self.quick else "full"
+        req = self.requests()
+        rng = self.multiplier_range()
+        w = self.workload
+        out = [
+            "# aivitals validate --soak report",
+            "",
+            f"Run {when}, mode `{mode}`, {self.duration:g} s of soak: **{self.summary()}**.",
+            "",
+            f"- load: {w.get('why', 'not started')}",
+            f"- requests: {req['sent']} sent, {req['answered']} answered, {req['errors']} "
+            f"errors, {req['timeouts']} timeouts",
+            "- rate multiplier achieved (completions sent / the x1 rate, per "
+            f"{w.get('multiplier_window_s', 0):g} s window): "
+            + (f"x{rng[0]:.2f} .. x{rng[1]:.2f}" if rng else "not measured")
+            + f" (planned x{w.get('swing', [0, 0])[0]:g} .. x{w.get('swing', [0, 0])[1]:g})",
+            f"- planned model reload: {self._reload_text()}",
+            f"- diagnosis polls healthy: {self.healthy_polls}/{self.polls}",
+            "",
+            "## Alerts",
+            "",
+        ]
+        if self.alerts:
+            out += ["| alert | severity | at (s) | resolved after (s) | counted | summary |"]
+            out += ["|---|---|---|---|---|---|"]
+            for a in self.alerts:
+                res = "" if a.resolved_after is None else f"{a.resolved_after:.0f}"
+                counted = "no (planned reload)" if a.expected else "false alert"
+                out.append(
+                    f"| {a.alertname} | {a.severity} | {a.at:.0f} | {res} | {counted} | "
+                    f"{a.summary.replace('|', '/')} |"
+                )
+            out += ["", "False alerts per hour by rule:", ""]
+            out += [f"- {k}: {self.per_hour(v):.1f}/h" for k, v in self.by_rule().items()]
+        else:
+            out.append("No alert fired.")
+        if self.startup_alerts:
+            out += ["", f"During start-up (not counted): {', '.join(self.startup_alerts)}."]
+        out += ["", "## Diagnosis polls", ""]
+        bad = [p for p in self.poll_results if not p.healthy]
+        if not bad:
+            out.append(f"All {self.polls} polls healthy (no finding at or above the threshold).")
+        for p in bad:
+            named = ", ".join(f"{s} ({lay}) {c:.2f}" for s, lay, c in p.findings)
+            note = "; names only the planned reload" if p.names_planned_reload else ""
+            out.append(f"- {p.at:.0f} s: {p.error or named} (shape {p.shape}{note})")
+        out += ["", "## Cache hit ratio over time", "", "| s | " + " | ".join(self._caches())]
+        out[-1] += " |"
+        out.append("|---" * (1 + len(self._caches())) + "|")
+        for at, ratios in self.cache_hit_ratio:
+            cells = [f"{ratios[c]:.2f}" if c in ratios else "" for c in self._caches()]
+            out.append(f"| {at:.0f} | " + " | ".join(cells) + " |")
+        if self.problems:
+            out += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
+        return "\n".join(out) + "\n"
+
+    def _caches(self) -> list[str]:
+        return sorted({c for _, r in self.cache_hit_ratio for c in r})
+
+    def _reload_text(self) -> str:
+        r = self.reload
+        if not r:
+            return "not done"
+        if r.get("error"):
+            return f"failed: {r['error']}"
+        ready = r.get("ready_after_s")
+        load = r.get("model_load_s") or {}
+        loads = ", ".join(f"{m} {v:.2f} s" for m, v in sorted(load.items()))
+        return (
+            f"at {r.get('at_s', 0):.0f} s; ready again after "
+            + ("never" if ready is None else f"{ready:.1f} s")
+            + (f" (the service's own model load: {loads})" if loads else "")
+        )
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+
+# --- the run ---------------------------------------------------------------------------------
+def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> SoakReport:
+    """Soak the demo stack for ``duration`` seconds of load with no fault; see the module doc.
+
+    ``config.quick`` compresses rule time as ``validate --quick`` does; ``config.gpu``,
+    ``config.workdir``, ``config.rule_params`` and ``config.lock_path`` apply as for
+    validate. Ctrl-C ends the soak early: everything is stopped and the report (marked
+    interrupted, not passed) is returned.
+    """
+    plan = SoakPlan.for_run(duration, config.quick)  # bad input fails before anything starts
+
+    from ..demo import SoakLoad, Stack, StackConfig
+    from ._runner import _demo_rule_params, _environment
+
+    with RunLock(config.lock_path):
+        report = SoakReport(quick=config.quick, duration=plan.duration)
+        stack = Stack(
+            StackConfig(
+                quick=config.quick,
+                workdir=config.workdir,
+                gpu=config.gpu,
+                rule_params={**_demo_rule_params(), **config.rule_params},
+                service_args=("--cache-ttl", f"{plan.cache_ttl:g}"),
+            )
+        )
+        load: Any = None
+        try:
+            echo(
+                f"starting Redis, the demo service and the agent for a {plan.duration:g} s soak "
+                f"({'quick' if config.quick else 'full'} run, no fault)"
+            )
+            stack.start()
+            report.environment = _environment(stack)
+            if stack.ledger is not None:
+                report.environment["stack_ledger"] = stack.ledger.run_id
+            load = SoakLoad(
+                stack, duration=plan.duration, cache_ttl=plan.cache_ttl, swing=plan.swing
+            )
+            echo("measuring the service's capacity (5 s) ...")
+            load.start()
+            report.soak_started_at = load.started_at
+            report.startup_alerts = sorted(
+                {
+                    e.alertname
+                    for e in stack.engine.history(end=load.started_at)
+                    if e.state == "firing"
+                }
+            )
+            report.workload = _workload(load, plan)
+            echo(load.why())
+            _soak(stack, load, plan, report, echo)
+        except KeyboardInterrupt:
+            report.interrupted = True
+            echo("interrupted: stopping everything")
+        except AivitalsError as exc:
+            report.problems.append(f"{type(exc).__name__}: {exc}")
+            echo(f"[fail] {report.problems[-1]}")
+        finally:
+            report.ended_at = time.time()
+            if load is not None:
+                load.stop()
+                report.clients = [asdict(c) for c in load.clients()]
+            if report.soak_started_at is not None and stack.engine is not None:
+                report.alerts = _firings(stack, report.soak_started_at, report.reload)
+            try:
+                stack.stop()
+            except AivitalsError as exc:
+                report.problems.append(f"cleanup: {exc}")
+                echo(f"[fail] cleanup: {exc}")
+        return report
+
+
+def _workload(load: Any, plan: SoakPlan) -> dict[str, Any]:
+    w = load.workload
+    cap = w.capacity
+    return {
+        "why": load.why(),
+        "trace": load.trace,
+        "capacity_rps": None if cap is None else cap.rps,
+        "base_rps": w.target_rps,
+        "utilization": w.utilization,
+        "swing": list(plan.swing),
+        "pool_size": w.pool_size,
+        "expected_hit_ratio": w.expected_hit_ratio,
+        "cache_ttl_s": plan.cache_ttl,
+        "churn_every_s": load.churn_every,
+        "embeddings_rps": w.embeddings_rps,
+        "length_scale": w.length_scale,
+        "poll_every_s": plan.poll_every,
+        "poll_window_s": plan.window,
+        "multiplier_window_s": _multiplier_window(plan),
+    }
+
+
+def _multiplier_window(plan: SoakPlan) -> float:
+    # a tenth of the run: long enough to average the trace's own bursts, short enough to
+    # follow the swing (one period over the run)
+    return max(plan.poll_every, plan.duration / 10)
+
+
+def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
+    polls = plan.poll_times()
+    sent: list[tuple[float, int]] = [(0.0, 0)]
+    reload = _Reload(plan.reload_at)
+    last_status = 0.0
+    try:
+        while (now := load.seconds) < plan.duration:
+            try:
+                load.check()
+            except AivitalsError as exc:
+                report.problems.append(str(exc))
+                echo(f"[fail] {exc}")
+                return
+            sent.append((now, sum(c.sent for c in load.clients() if c.name == "completions")))
+            reload.step(stack, now, report, echo)
+            if polls and now >= polls[0]:
+                polls.pop(0)
+                _poll(stack, load, plan, report, echo)
+            if now - last_status >= 60.0:
+                last_status = now
+                echo(_status(load, now))
+            time.sleep(0.5)
+    finally:
+        reload.finish(stack, report, echo)
+        report.multiplier = _achieved(sent, load.base_rps, _multiplier_window(plan))
+
+
+def _status(load: Any, now: float) -> str:
+    c = {x.name: x for x in load.clients()}
+    comp = c.get("completions")
+    sent = comp.sent if comp else 0
+    return (
+        f"[{now:4.0f} s] planned rate x{load.multiplier(now):.2f}; completions sent {sent}, "
+        f"errors {comp.errors + comp.timeouts if comp else 0}"
+    )
+
+
+def _achieved(
+    sent: list[tuple[float, int]], base_rps: float, window: float
+) -> list[tuple[float, float]]:
+    """Completions sent per second over consecutive ``window``-second windows, divided by
+    the x1 rate: the multiplier the clients actually sent (the trace's bursts included)."""
+    if base_rps <= 0 or len(sent) < 2:
+        return []
+    out = []
+    start_t, start_n = sent[0]
+    for t, n in sent[1:]:
+        if t - start_t >= window:
+            out.append((t, (n - start_n) / (t - start_t) / base_rps))
+            start_t, start_n = t, n
+    return out
+
+
+class _Reload:
+    """The planned reload, half-way: drop the models through the service's in-process
+    ``cold_start`` endpoint (through ``aivitals.chaos``, which reverts it whatever
+    happens), then time how long until the service is ready again (the load goes on, so
+    the next request loads them)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.runner: Any = None
+        self.active: Any = None
+        self.t0 = 0.0
+        self.done = False
+        self.before: dict[str, float] = {}
+
+    def step(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
+        if self.done or now < self.at:
+            return
+        if self.runner is None:
+            self._start(stack, now, report, echo)
+            return
+        if _ready(stack):
+            took = time.time() - self.t0
+            report.reload["ready_after_s"] = took
+            echo(f"[{now:4.0f} s] the service is ready again {took:.1f} s after the reload")
+            self.finish(stack, report, echo)
+        elif time.time() - self.t0 > 120.0:
+            report.problems.append("the service was not ready 120 s after the planned reload")
+            echo(f"[fail] {report.problems[-1]}")
+            self.finish(stack, report, echo)
+
+    def _start(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
+        from ..chaos import ChaosRunner
+
+        echo(f"[{now:4.0f} s] planned model reload: the service drops its models")
+        report.reload = {"at_s": now}
+        self.before = _load_times(stack)
+        try:
+            # signals stay ours: Ctrl-C unwinds through the soak's finally, which closes it
+            self.runner = ChaosRunner(
+                stack.fault_context(), max_duration=300.0, handle_signals=False
+            ).open()
+            self.t0 = time.time()
+            self.active = self.runner.start("cold_start", duration=150.0)
+        except AivitalsError as exc:
+            report.reload["error"] = f"{type(exc).__name__}: {exc}"
+            report.problems.append(f"planned reload: {report.reload['error']}")
+            echo(f"[fail] {report.problems[-1]}")
+            self.finish(stack, report, echo)
+
+    def finish(self, stack: Any, report: SoakReport, echo: Echo) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.runner is None:
+            return
+        try:
+            errors = self.runner.stop_all()
+            if errors:
+                report.problems.append("planned reload revert: " + "; ".join(errors))
+        finally:
+            self.runner.close()
+        # the service's own timing of the reload: the load-time gauges that changed
+        changed = {k: v for k, v in _load_times(stack).items() if self.before.get(k) != v}
+        if changed:
+            report.reload["model_load_s"] = changed
+
+
+def _ready(stack: Any) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(stack.service.url + "/readyz", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _load_times(stack: Any) -> dict[str, float]:
+    """``model_load_time_seconds`` now, by model."""
+    return {
+        str(dict(s.labels).get("model", "?")): float(s.value)
+        for s in stack.query("model_load_time_seconds")
+    }
+
+
+def _poll(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
+    """Ask the diagnosis over the last ``plan.window`` seconds (never before the soak)."""
+    from ..diagnose import HIGH_CONFIDENCE
+
+    now = time.time()
+    at = now - load.started_at
+    window = min(plan.window, at)
+    try:
+        d = stack.diagnose(window=window, end=now)
+    except Exception as exc:  # a broken diagnosis is an unhealthy poll, said so
+        poll = PollResult(at, window, False, "error", error=f"{type(exc).__name__}: {exc}")
+    else:
+        named = [(str(f.signature), str(f.layer), float(f.confidence)) for f in d.findings]
+        high = [f for f in named if f[2] >= HIGH_CONFIDENCE]
+        poll = PollResult(at, window, not high, str(d.shape), named[:5])
+        reloaded = report.reload.get("at_s")
+        poll.names_planned_reload = bool(
+            high
+            and reloaded is not None
+            and at >= reloaded
+            and all(f[0] in PLANNED_RELOAD_FINDINGS for f in high)
+        )
+    report.poll_results.append(poll)
+    report.cache_hit_ratio.append((at, _hit_ratios(stack, plan.poll_every)))
+    alerts = sorted({a.alertname for a in stack.engine.firing()})
+    head = f"[{at:4.0f} s] rate x{load.multiplier(at):.2f}, firing: {', '.join(alerts) or 'none'}; "
+    if poll.healthy:
+        echo(head + f"diagnosis healthy ({poll.shape})")
+    else:
+        what = poll.error or ", ".join(f"{s} ({lay}) {c:.2f}" for s, lay, c in poll.findings)
+        echo(head + f"[fail] diagnosis not healthy: {what}")
+
+
+def _hit_ratios(stack: Any, over: float) -> dict[str, float]:
+    w = f"{max(1, int(over))}s"
+    expr = (
+        f'sum by (cache) (rate(cache_requests_total{{result="hit"}}[{w}])) '
+        f"/ sum by (cache) (rate(cache_requests_total[{w}]))"
+    )
+    out = {}
+    for s in stack.query(expr):
+        v = float(s.value)
+        if math.isfinite(v):
+            out[str(dict(s.labels).get("cache", "all"))] = v
+    return out
+
+
+def _firings(stack: Any, t0: float, reload: dict[str, Any]) -> list[AlertFiring]:
+    """Every alert that fired since the soak started, with its severity and resolve time."""
+    events = stack.engine.history(start=t0)
+    resolved: dict[tuple[str, str], list[float]] = {}
+    out = []
+    reload_at = reload.get("at_s")
+    for e in events:
+        if e.state == "resolved" and e.resolved_at is not None:
+            resolved.setdefault(_key(e), []).append(e.resolved_at)
+    for e in events:
+        if e.state != "firing" or e.fired_at is None:
+            continue
+        at = e.fired_at - t0
+        expected = (
+            e.alertname in PLANNED_RELOAD_ALERTS and reload_at is not None and at >= reload_at
+        )
+        end = min((r for r in resolved.get(_key(e), []) if r >= e.fired_at), default=None)
+        out.append(
+            AlertFiring(
+                e.alertname,
+                str(e.labels.get("severity", "?")),
+                at,
+                float(e.value),
+                str(e.annotations.get("summary", "")),
+                expected,
+                None if end is None else end - e.fired_at,
+            )
+        )
+    return out
+
+
+def _key(e: Any) -> tuple[str, str]:
+    return (e.alertname, json.dumps(dict(e.labels), sort_keys=True))
