@@ -50,6 +50,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
                 rule_params={**_demo_rule_params(), **config.rule_params},
             )
         )
+        relay = Relay()
         try:
             echo(
                 "starting Redis, the demo service and the agent "
@@ -57,9 +58,10 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             )
             stack.start()
             report.environment = _environment(stack)
-            _warm_up(stack, config, echo)
-            _run_all(stack, chosen, config, report, echo)
+            _warm_up(stack, config, echo, relay)
+            _run_all(stack, chosen, config, report, echo, relay=relay)
         finally:
+            relay.stop()
             report.ended_at = time.time()
             try:
                 stack.stop()
@@ -94,22 +96,45 @@ def cases_of(config: ValidateConfig) -> list[Case]:
     ]
 
 
-def _warm_up(stack: Any, config: ValidateConfig, echo: Echo) -> None:
+class Relay:
+    """The clients' load never pauses: each phase's load starts before the previous
+    phase's stops (a warm-up, a baseline, a fault, a recovery, the next baseline).
+
+    Stopping one phase and starting the next left a gap of a second or more with no
+    requests; the 8 s rate windows of quick runs then read the baseline's request rate
+    low, the fault's as "traffic rose by half", and that contradicted true findings
+    (cpu_burn's, worker_pool_saturated's) on some polls and not others.
+    """
+
+    def __init__(self) -> None:
+        self.current: LoadPhase | None = None
+
+    def hand_to(self, phase: LoadPhase, *, max_seconds: float) -> LoadPhase:
+        """Start ``phase``, then stop the one running (its reports are then complete)."""
+        phase.start(max_seconds=max_seconds)
+        old, self.current = self.current, phase
+        if old is not None:
+            old.stop()
+        return phase
+
+    def stop(self) -> None:
+        old, self.current = self.current, None
+        if old is not None:
+            old.stop()
+
+
+def _warm_up(stack: Any, config: ValidateConfig, echo: Echo, relay: Relay) -> None:
     if not config.quick:
         return  # a full run's 60 s baseline already covers the ramp
     stack.service.wait_ready(60.0)
     echo(f"warming up for {QUICK_WARM_UP_S:g} s (steady load before the first baseline)")
-    _steady_load(stack.service.url, LoadPlan(), QUICK_WARM_UP_S)
+    relay.hand_to(LoadPhase(stack.service.url, LoadPlan()), max_seconds=_CARRY_S)
+    time.sleep(QUICK_WARM_UP_S)
 
 
-def _steady_load(url: str, plan: LoadPlan, seconds: float) -> LoadPhase:
-    """The normal load on ``url`` for ``seconds`` (a warm-up or a baseline), stopped."""
-    phase = LoadPhase(url, plan).start(max_seconds=seconds + 60)
-    try:
-        time.sleep(seconds)
-    finally:
-        phase.stop()
-    return phase
+#: How long a phase's load may run at most: it is normally stopped when the next starts;
+#: this bounds it if the run dies between the two.
+_CARRY_S = 3600.0
 
 
 def _demo_rule_params() -> dict[str, Any]:
@@ -130,8 +155,15 @@ def _environment(stack: Any) -> dict[str, Any]:
 
 
 def _run_all(
-    stack: Any, chosen: list[Case], config: ValidateConfig, report: Report, echo: Echo
+    stack: Any,
+    chosen: list[Case],
+    config: ValidateConfig,
+    report: Report,
+    echo: Echo,
+    *,
+    relay: Relay | None = None,
 ) -> None:
+    relay = relay if relay is not None else Relay()
     from ..chaos import FAULT_TABLE, ChaosRunner
 
     with ChaosRunner(stack.fault_context(), max_duration=3600.0) as runner:
@@ -159,12 +191,15 @@ def _run_all(
             echo(f"\n== {c.name} ({result.layer} layer): {what}")
             try:
                 result.params = c.params(config.quick, config.params)
-                _scenario(stack, runner, c, infos, config, result, echo)
+                _scenario(stack, runner, c, infos, config, result, echo, relay)
             except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
             finally:
                 stack.probe_via(None)
+                if relay.current is not None and relay.current.base_url != stack.service.url:
+                    # a case that broke off mid-fault left its load on the fault's path
+                    relay.hand_to(LoadPhase(stack.service.url, LoadPlan()), max_seconds=_CARRY_S)
                 errors = runner.stop_all()  # idempotent: what _scenario stopped stays stopped
                 if errors:
                     echo(result.add(_revert_check(errors, [])).line())
@@ -244,12 +279,14 @@ def _scenario(
     config: ValidateConfig,
     result: ScenarioResult,
     echo: Echo,
+    relay: Relay,
 ) -> None:
     plan = LoadPlan()
     expect = _Expect.of(infos)
     stack.service.wait_ready(60.0)
     t_base = result.t_baseline = time.time()
-    base = _steady_load(stack.service.url, plan, max(_baseline(config, s) for s in c.scenarios))
+    base = relay.hand_to(LoadPhase(stack.service.url, plan), max_seconds=_CARRY_S)
+    time.sleep(max(_baseline(config, s) for s in c.scenarios))
 
     log_offset = _size(stack.service.log_path)
     fault_max = max(_fault_max(config, s) for s in c.scenarios)
@@ -269,12 +306,12 @@ def _scenario(
         plan,
         allow_hosts=tuple(h for a in actives for h in a.allow_hosts),
         impatient=any(s.impatient_client for s in c.scenarios),
-    ).start(max_seconds=fault_max + 60)
-    try:
-        watch = _watch(stack, expect, t_base, t_fault, fault_max, config)
-    finally:
-        phase.stop()
+    )
+    relay.hand_to(phase, max_seconds=_CARRY_S)  # the baseline's report is complete now
+    watch = _watch(stack, expect, t_base, t_fault, fault_max, config)
     t_end = time.time()
+    # the recovery's load, straight to the service, takes over; the fault's report completes
+    relay.hand_to(LoadPhase(stack.service.url, plan), max_seconds=_CARRY_S)
 
     checks: list[Check | None] = [
         _impact(base, phase, expect),
@@ -314,7 +351,7 @@ def _scenario(
         errors = runner.stop(active)
         if errors or active.fault.replacements:
             echo(result.add(_revert_check(errors, active.fault.replacements)).line())
-    _recover(stack, expect, config, result, echo, watch.fired, t_fault)
+    _recover(stack, expect, config, result, echo, watch.fired, t_fault)  # the load runs on
 
 
 def _revert_check(errors: list[str], replacements: list[Any]) -> Check:
@@ -775,22 +812,16 @@ def _recover(
     # at least one rate window of calm, so the next scenario's baseline starts clean
     settle = 8.0 * stack.config.tick
     resolved_at: float | None = None
-    phase = LoadPhase(stack.service.url, LoadPlan()).start(
-        max_seconds=config.phase("recover_max") + 60
-    )
     still: set[str] = set()
-    try:
-        while time.time() - t_rev < config.phase("recover_max"):
-            time.sleep(1.0)
-            still = {a.alertname for a in stack.engine.active()} & watch
-            if still:
-                resolved_at = None
-            elif resolved_at is None:
-                resolved_at = time.time()
-            if not still and time.time() - t_rev >= settle:
-                break
-    finally:
-        phase.stop()
+    while time.time() - t_rev < config.phase("recover_max"):
+        time.sleep(1.0)
+        still = {a.alertname for a in stack.engine.active()} & watch
+        if still:
+            resolved_at = None
+        elif resolved_at is None:
+            resolved_at = time.time()
+        if not still and time.time() - t_rev >= settle:
+            break
     took = (resolved_at or time.time()) - t_rev
     if not watch:
         check = Check("resolved", None, "no expected alert fired, so none to resolve")
