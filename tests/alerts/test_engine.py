@@ -340,3 +340,30 @@ def test_a_group_limit_drops_the_rules_alerts_like_prometheus() -> None:
     assert engine.evaluate(0) == []
     (health,) = engine.health()
     assert health.error == "exceeded limit of 1 with 2 alerts"
+
+
+def test_a_recorded_series_the_rule_no_longer_returns_ends_with_staleness() -> None:
+    # x is 20 (a P99 over enough requests), then the source stops matching: a rule with a
+    # guard (``and ... >= min``) returns nothing; its recorded series must end at once,
+    # not hold its last value for the 5-minute lookback and keep the alert firing
+    rules = """
+groups:
+  - name: g
+    rules:
+      - record: job:x:guarded
+        expr: sum by (job) (x) and on (job) (sum by (job) (n) >= 100)
+      - alert: XHigh
+        expr: job:x:guarded > 10
+        labels: {severity: P0, layer: service}
+"""
+    store = Store(retention=1e9)
+    for i in range(20):
+        store.append("x", {"job": "svc"}, 20, i * 15.0)
+        store.append("n", {"job": "svc"}, 500 if i < 8 else 5, i * 15.0)
+    engine = RuleEngine(store, load_rules(rules), registry=CollectorRegistry())
+    by_time = _run(engine, 285)
+    assert _states(by_time[0], "XHigh") == ["firing"]
+    assert store.query("job:x:guarded", 105).values() == [20.0]
+    assert store.query("job:x:guarded", 120).vector == []  # stale at the first empty answer
+    assert _states(by_time[120], "XHigh") == ["resolved"]
+    assert not engine.firing()

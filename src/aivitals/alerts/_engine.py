@@ -43,6 +43,9 @@ __all__ = ["AlertEvent", "AlertState", "Notifier", "RuleEngine", "RuleHealth"]
 log = logging.getLogger("aivitals.alerts")
 
 AlertState = Literal["pending", "firing", "resolved"]
+#: a series' identity: its labels, sorted
+_LabelKey = tuple[tuple[str, str], ...]
+
 #: Prometheus's staleness marker: a NaN with this exact bit pattern.
 STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 _DUPLICATE = "vector contains metrics with the same labelset after applying alert labels"
@@ -204,6 +207,10 @@ class RuleEngine:
         self._write = can_write if write_back is None else (write_back and can_write)
         self._clock = clock
         self._lock = threading.RLock()
+        #: per recording rule, the series it wrote at its last evaluation
+        self._recorded: dict[
+            tuple[str, str], dict[tuple[tuple[str, str], ...], dict[str, str]]
+        ] = {}
         self._states: dict[tuple[str, str], _RuleState] = {
             (g.name, r.alert): _RuleState(r) for g in self.groups for r in g.alerting_rules
         }
@@ -307,10 +314,21 @@ class RuleEngine:
         if limit and len(samples) > limit:
             self._set_health(rule, error=f"exceeded limit of {limit} with {len(samples)} series")
             return
+        written: dict[_LabelKey, dict[str, str]] = {}
         for s in samples:
             labels = {k: v for k, v in s.labels.items() if k != "__name__"}
             labels.update(rule.labels)
             self._append(rule.record, labels, s.value, ts)
+            written[tuple(sorted(labels.items()))] = labels
+        # Like Prometheus, end a recorded series that the rule no longer returns with a
+        # staleness marker. Without it the last value stayed visible for the 5-minute
+        # lookback, and an alert on the recorded series (QueueWaitHigh on its P99) kept
+        # firing long after the condition's own series had gone.
+        key = (rule.group, rule.record)
+        for gone, labels in self._recorded.get(key, {}).items():
+            if gone not in written:
+                self._append(rule.record, labels, STALE_NAN, ts)
+        self._recorded[key] = written
 
     def _append(self, name: str, labels: Mapping[str, str], value: float, ts: float) -> None:
         assert isinstance(self.backend, _Appendable)
