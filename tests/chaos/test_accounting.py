@@ -45,6 +45,9 @@ GENTLE: dict[str, dict[str, Any]] = {
     "disk_io_saturation": {"size_mib": 8, "jobs": 1},
     "network_latency": {"delay_ms": 5},
     "traffic_surge": {"factor": 2, "distinct": 8},
+    "slow_dependency": {"seconds": 0.05},
+    "thread_leak": {"max_threads": 20},
+    "disk_fill": {"mib_per_s": 2, "max_mib": 4},
 }
 
 

@@ -172,6 +172,8 @@ def test_client_faults_send_from_a_helper(
         ("process_memory_leak", "process_memory_leak"),
         ("timeouts_not_aborting", "no_abort_timeouts"),
         ("cold_start", "cold_start"),
+        ("slow_dependency", "slow_dependency"),
+        ("thread_leak", "thread_leak"),
     ],
 )
 def test_every_in_process_fault_maps_to_the_service_name(

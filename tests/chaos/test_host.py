@@ -6,7 +6,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from aivitals.chaos import FaultContext
+from aivitals.chaos import FaultContext, get_fault
 from tests.chaos.conftest import assert_clean, require_tool, run_processes
 from tests.load._server import tiny_server
 
@@ -80,6 +80,107 @@ def test_disk_io_writes_in_its_own_temp_dir_and_removes_it(  # type: ignore[no-u
         assert sum(f.stat().st_size for f in work.rglob("*") if f.is_file()) == 0
         run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def test_disk_fill_grows_log_files_to_its_bound_and_removes_them(  # type: ignore[no-untyped-def]
+    runner_factory, chaos_root: Path, tmp_path: Path
+) -> None:
+    import json
+
+    work = tmp_path / "disk"
+    with runner_factory(FaultContext(work_dir=work)) as runner:
+        active = runner.start("disk_fill", duration=30, mib_per_s=4, max_mib=3)
+        target = Path(active.effect.details["dir"])
+        assert target.parent == work and target.name.startswith("aivitals-chaos-")
+        assert runner.run.journal.pending()[0]["path"] == str(target)  # journaled
+        t0 = time.monotonic()
+        mid = 0
+        while time.monotonic() - t0 < 15 and _dir_bytes(target) < 3 << 20:
+            mid = mid or (_dir_bytes(target) if time.monotonic() - t0 > 0.3 else 0)
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        full = _dir_bytes(target)
+        time.sleep(1.0)
+        # full, and it stays at its bound: the writer holds, it does not go on
+        assert full == _dir_bytes(target) == 3 << 20
+        # at its pace: 3 MiB at 4 MiB/s take about 0.75 s, not a burst
+        assert took >= 0.5 and 0 < mid < 3 << 20
+        first = (target / "service.log.0").read_text().splitlines()[0]
+        assert json.loads(first)["level"] == "ERROR"  # log lines, not random bytes
+        runner.stop(active)
+        assert not target.exists()
+        run_id = runner.run.run_id
+    assert_clean(run_id, chaos_root)
+
+
+def test_disk_fill_refuses_a_bound_the_filesystem_cannot_spare(  # type: ignore[no-untyped-def]
+    runner_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from aivitals.errors import ConfigError, FaultRefused
+
+    gib = 1 << 30
+    fake = shutil._ntuple_diskusage(10 * gib, 8 * gib, 2 * gib)  # type: ignore[attr-defined]
+    monkeypatch.setattr("aivitals.chaos._host.shutil.disk_usage", lambda path: fake)
+    work = tmp_path / "disk"
+    with runner_factory(FaultContext(work_dir=work)) as runner:
+        with pytest.raises(FaultRefused, match=r"max_mib=1536 would leave 512 MiB free"):
+            runner.start("disk_fill", duration=5, max_mib=1536)
+        assert runner.run.journal.pending() == [] and not list(work.iterdir())
+        active = runner.start("disk_fill", duration=5, max_mib=1)  # 1 MiB leaves enough
+        runner.stop(active)
+    for bad, why in (({"mib_per_s": 0}, "outside"), ({"max_mib": 10**6}, "outside")):
+        with pytest.raises(ConfigError, match=why):
+            get_fault("disk_fill")(duration=5, **bad)
+
+
+def test_disk_fill_after_a_sigkill_is_removed_by_chaos_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from aivitals.chaos import cleanup
+    from aivitals.cli import main
+
+    root, work = tmp_path / "runs", tmp_path / "work"
+    env = dict(os.environ, AIVITALS_CHAOS_DIR=str(root))
+    argv = [
+        sys.executable, "-m", "aivitals.cli", "chaos", "run", "disk_fill", "--duration", "120s",
+        "--work-dir", str(work), "-p", "max_mib=2",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        run_id = ""
+        for line in proc.stdout:
+            run_id = line.split()[1] if line.startswith("run ") else run_id
+            if line.startswith("started "):
+                break
+        assert run_id, "the runner did not start"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        logs = list(work.glob(f"aivitals-chaos-{run_id}-logs-*"))
+        assert len(logs) == 1 and run_processes(run_id)  # the writer and its files outlive it
+        monkeypatch.setenv("AIVITALS_CHAOS_DIR", str(root))
+        main(["chaos", "cleanup"])
+        assert f"cleaned {run_id}" in capsys.readouterr().out
+        assert not logs[0].exists() and not list(work.iterdir())
+        assert_clean(run_id, root)
+    finally:
+        proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        cleanup(root, force=True)
 
 
 def test_connection_flood_holds_idle_connections(runner_factory, chaos_root: Path) -> None:  # type: ignore[no-untyped-def]

@@ -121,6 +121,67 @@ def test_event_loop_block_delays_other_requests(demo_models: DemoModels, tmp_pat
     asyncio.run(body())
 
 
+def test_slow_dependency_slows_every_request_without_blocking_the_loop(
+    demo_models: DemoModels, tmp_path: Path
+) -> None:
+    async def body() -> tuple[float, float, list[int]]:
+        app = app_with_chaos(demo_models, tmp_path)
+        async with client_for(app) as c:
+            await c.post("/v1/embeddings", json={"input": "warm"})
+            await chaos(c, "slow_dependency", "start", seconds=0.4)
+            started = time.perf_counter()
+            one = await c.post("/v1/embeddings", json={"input": "one"})
+            single = time.perf_counter() - started
+            started = time.perf_counter()
+            many = await asyncio.gather(
+                *(c.post("/v1/embeddings", json={"input": f"x{i}"}) for i in range(4))
+            )
+            together = time.perf_counter() - started
+            await chaos(c, "slow_dependency", "stop")
+            started = time.perf_counter()
+            await c.post("/v1/embeddings", json={"input": "after"})
+            after = time.perf_counter() - started
+        assert after < 0.25  # stopped: the call is gone
+        return single, together, [one.status_code, *(r.status_code for r in many)]
+
+    single, together, codes = asyncio.run(body())
+    assert codes == [200] * 5  # slower, not failing
+    assert single >= 0.3  # 0.4 s x 0.75 at least
+    # awaited, not slept on the loop: four requests wait side by side (blocked,
+    # they would take 4 x 0.3 s at least)
+    assert together < 1.1
+
+
+def test_thread_leak_starts_threads_up_to_its_bound_and_ends_them(
+    demo_models: DemoModels, tmp_path: Path
+) -> None:
+    import threading
+
+    def leaked() -> int:
+        return sum(t.name == "aivitals-demo-leaked" for t in threading.enumerate())
+
+    async def body() -> tuple[int, int, int, int]:
+        app = app_with_chaos(demo_models, tmp_path)
+        async with client_for(app) as c:
+            await c.post("/v1/embeddings", json={"input": "warm"})
+            os_before = psutil.Process().num_threads()
+            await chaos(c, "thread_leak", "start", per_request=4, max_threads=10)
+            await c.post("/v1/embeddings", json={"input": "a"})
+            first = leaked()
+            for i in range(5):
+                await c.post("/v1/embeddings", json={"input": f"b{i}"})
+            capped = leaked()
+            os_grown = psutil.Process().num_threads() - os_before
+            await chaos(c, "thread_leak", "stop")
+            return first, capped, os_grown, leaked()
+
+    first, capped, os_grown, left = asyncio.run(body())
+    assert first == 4  # one request's share
+    assert capped == 10  # never past max_threads
+    assert os_grown >= 10  # real OS threads: what the process collector counts
+    assert left == 0  # the revert ended them
+
+
 def test_faults_expire_by_themselves_and_validate_params() -> None:
     changes: list[tuple[bool, dict[str, float]]] = []
     faults = InProcessFaults(on_change={"slow_inference": lambda on, p: changes.append((on, p))})
@@ -134,3 +195,15 @@ def test_faults_expire_by_themselves_and_validate_params() -> None:
             faults.start("slow_inference", bad)
     with pytest.raises(ConfigError, match="nope"):
         faults.stop("nope")
+    # the faults no signature knows check their bounds the same way
+    bad_new = (
+        ("slow_dependency", {"seconds": 0}, "outside"),
+        ("slow_dependency", {"seconds": 60}, "outside"),
+        ("thread_leak", {"per_request": 0}, "outside"),
+        ("thread_leak", {"max_threads": 100_000}, "outside"),
+        ("thread_leak", {"threads": 5}, "unknown params"),
+    )
+    for name, params, why in bad_new:
+        with pytest.raises(ConfigError, match=why):
+            faults.start(name, params)
+        assert not faults.active(name)

@@ -7,7 +7,8 @@ ends it sooner.
 ``JSON`` may be ``@path`` of a file holding it.
 
 Kinds: ``cpu`` (busy loops, the fallback when stress-ng is absent), ``disk``
-(writes + fsync, the fallback when fio is absent), ``flood`` (idle keep-alive
+(writes + fsync, the fallback when fio is absent), ``log_fill`` (log files
+growing at a given rate to a bound), ``flood`` (idle keep-alive
 connections), ``cotenant`` (periodic sim GPU allocations; ``cotenant_cuda`` with torch on a
 real GPU), ``proxy`` (a TCP
 proxy that can listen inside a network namespace and add delay), ``load``
@@ -77,6 +78,51 @@ def disk(args: dict[str, Any]) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- log volume ------------------------------------------------------------------
+#: One log line as a service that logs every failure with its traceback writes it.
+_LOG_LINE = (
+    '{"ts": %.3f, "level": "ERROR", "logger": "aivitals.demo", "msg": "request failed", '
+    '"request_id": "%08x", "traceback": "Traceback (most recent call last):\\n  File '
+    '\\"/srv/app/handler.py\\", line 42, in handle\\n    return await call(payload)\\n'
+    'TimeoutError: upstream did not answer"}\n'
+)
+
+
+def log_fill(args: dict[str, Any]) -> None:
+    """Log files growing at ``rate`` bytes/s in ``dir`` until ``max_bytes`` are written,
+    in 64 KiB appends, each fsynced (a logger that must not lose lines), rotated
+    every 32 MiB. Full, the files stay as they are until the deadline."""
+    directory, deadline = Path(args["dir"]), float(args["deadline"])
+    rate, limit = float(args["rate"]), int(args["max_bytes"])
+    block, rotate = 64 << 10, 32 << 20
+    written, n, started = 0, 0, time.monotonic()
+    fd = -1
+    try:
+        while time.time() < deadline and written < limit:
+            if fd < 0 or written // rotate != (written - 1) // rotate:
+                if fd >= 0:
+                    os.close(fd)
+                name = directory / f"service.log.{written // rotate}"
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            lines = bytearray()
+            while len(lines) < block:
+                n += 1
+                lines += (_LOG_LINE % (time.time(), n)).encode()
+            chunk = bytes(lines[: min(block, limit - written)])
+            os.write(fd, chunk)
+            os.fsync(fd)
+            written += len(chunk)
+            # keep the pace: never ahead of rate x elapsed
+            ahead = written / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(min(ahead, max(0.0, deadline - time.time())))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    # the volume is full: nothing more to write, the files stay until the revert
+    time.sleep(max(0.0, deadline - time.time()))
 
 
 # -- flood ---------------------------------------------------------------------
@@ -308,6 +354,7 @@ def load(args: dict[str, Any]) -> None:
 HELPERS: dict[str, Callable[[dict[str, Any]], None]] = {
     "cpu": cpu,
     "disk": disk,
+    "log_fill": log_fill,
     "flood": flood,
     "cotenant": cotenant,
     "cotenant_cuda": cotenant_cuda,

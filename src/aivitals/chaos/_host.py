@@ -1,16 +1,24 @@
-"""Host faults for real: CPU burn, disk IO saturation, a connection flood."""
+"""Host faults for real: CPU burn, disk IO saturation, a log volume filling the disk,
+a connection flood."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from ..errors import FaultRefused
 from ._fault import Fault, FaultContext, FaultEffect, Touch
 
-__all__ = ["ConnectionFlood", "CpuBurn", "DiskIOSaturation"]
+__all__ = ["ConnectionFlood", "CpuBurn", "DiskFill", "DiskIOSaturation"]
+
+_MIB = 1 << 20
+#: What a disk fill must leave free on the filesystem it writes to: the bound is
+#: the fault's, the machine's other users must not meet a full disk.
+_KEEP_FREE = 1 << 30
 
 
 class CpuBurn(Fault):
@@ -122,6 +130,54 @@ class DiskIOSaturation(Fault):
         tool = "fio" if fio else "python"
         return FaultEffect(
             client_url=ctx.target, details={"tool": tool, "pid": pid, "dir": str(target)}
+        )
+
+
+class DiskFill(Fault):
+    """A log volume filling the disk: log files grow at ``mib_per_s`` in a temp dir
+    of the run until ``max_mib`` are written (fsynced appends, as a logger that must
+    not lose lines writes them), then stay until the revert removes them.
+
+    Bounded twice: by ``max_mib``, and by the filesystem's free space, which must
+    stay above 1 GiB once the files are written (else ``FaultRefused``: this
+    machine cannot host the fault at that size).
+    """
+
+    name = "disk_fill"
+    params = {"mib_per_s": (4, 0.1, 256), "max_mib": (256, 1, 16384)}
+    touches = (
+        Touch(
+            "",
+            "starts a Python log writer and a temp dir aivitals-chaos-<run>-logs-* under "
+            "work_dir (/var/tmp) that grows to max_mib",
+            "the run: the writer is stopped and the dir removed at revert; cleanup does "
+            "both after a crash",
+            processes=True,
+        ),
+    )
+
+    def _start(self, ctx: FaultContext) -> FaultEffect:
+        assert self.run is not None
+        parent = ctx.work_dir or Path("/var/tmp")
+        parent.mkdir(parents=True, exist_ok=True)
+        limit = int(self.values["max_mib"] * _MIB)
+        usage = shutil.disk_usage(parent)
+        if usage.free - limit < _KEEP_FREE:
+            raise FaultRefused(
+                f"fault {self.name!r}: max_mib={self.values['max_mib']:g} would leave "
+                f"{max(0, usage.free - limit) / _MIB:.0f} MiB free on the filesystem of "
+                f"{parent} (it has {usage.free / _MIB:.0f} MiB free; at least "
+                f"{_KEEP_FREE // _MIB} MiB must stay)"
+            )
+        # journaled before it exists: a crash right after mkdir still leaves it to cleanup
+        target = parent / f"aivitals-chaos-{self.run.run_id}-logs-{secrets.token_hex(4)}"
+        self.record("path", path=str(target))
+        target.mkdir(mode=0o700)
+        rate = self.values["mib_per_s"] * _MIB
+        pid = self.helper("log_fill", "disk_fill", dir=str(target), rate=rate, max_bytes=limit)
+        return FaultEffect(
+            client_url=ctx.target,
+            details={"pid": pid, "dir": str(target), "max_bytes": limit, "bytes_per_s": rate},
         )
 
 

@@ -71,6 +71,9 @@ WorkerPoolSaturated = _inproc("worker_pool_saturated", "worker_pool_stuck")
 ProcessMemoryLeak = _inproc("process_memory_leak", "process_memory_leak")
 TimeoutsNotAborting = _inproc("timeouts_not_aborting", "no_abort_timeouts")
 ColdStart = _inproc("cold_start", "cold_start")
+# no signature knows these two: the diagnosis's generic ranking must find them
+SlowDependency = _inproc("slow_dependency", "slow_dependency")
+ThreadLeak = _inproc("thread_leak", "thread_leak")
 
 IN_PROCESS: tuple[type[Fault], ...] = (
     GpuMemoryLeak,
@@ -80,4 +83,6 @@ IN_PROCESS: tuple[type[Fault], ...] = (
     ProcessMemoryLeak,
     TimeoutsNotAborting,
     ColdStart,
+    SlowDependency,
+    ThreadLeak,
 )

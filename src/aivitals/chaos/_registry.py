@@ -6,7 +6,7 @@ from ..errors import ConfigError
 from ._clients import MalformedInputs, OverlongInputs, TrafficSurge
 from ._fault import Fault
 from ._gpu import GpuCotenant, GpuOOM, GpuXid
-from ._host import ConnectionFlood, CpuBurn, DiskIOSaturation
+from ._host import ConnectionFlood, CpuBurn, DiskFill, DiskIOSaturation
 from ._inproc import IN_PROCESS
 from ._net import NetworkLatency, NetworkLoss
 from ._redis import CacheStampede, RedisDown
@@ -21,6 +21,7 @@ _CLASSES: tuple[type[Fault], ...] = (
     GpuOOM,
     CpuBurn,
     DiskIOSaturation,
+    DiskFill,
     ConnectionFlood,
     NetworkLoss,
     NetworkLatency,

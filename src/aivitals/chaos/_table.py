@@ -160,7 +160,50 @@ _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("HTTP504RateHigh", "TimedOutWorkNotAborted"),
         "a deadline cancels only the await; the GPU work keeps running (in-process)",
     ),
+    # Faults no signature knows (``_SUSPECTS``): the generic ranking must find them.
+    (
+        "slow_dependency",
+        "service",
+        (),
+        "every model request first awaits a slow call to a dependency (0.2 s +-25 %, "
+        "in-process); the event loop, the workers and the model are untouched. No alert: "
+        "the time outside the model (0.2 s) stays under LatencyHighWorkersIdle's 0.5 s and "
+        "the model's own latency, which InferenceLatencyHigh reads, does not move",
+    ),
+    (
+        "thread_leak",
+        "service",
+        (),
+        "every request starts threads that never end, up to a bound (400 by default; "
+        "in-process). No alert: the pack has no rule on a process's thread count, and "
+        "parked threads cost no CPU and little memory until a limit is reached",
+    ),
+    (
+        "disk_fill",
+        "infrastructure",
+        (),
+        "a log volume fills the disk: log files grow at 4 MiB/s (fsynced appends) to a "
+        "bound (256 MiB) in a temp dir of the run. No alert: the collectors export no "
+        "filesystem free space, and DiskSaturated needs the disk busy most of the time, "
+        "which a log's pace of writes is not",
+    ),
 )
+
+#: Faults no signature knows -> the metric families (as the agent stores them) one of
+#: which ``aivitals.diagnose.rank_changes`` must rank in its top three.
+_SUSPECTS: dict[str, tuple[str, ...]] = {
+    # every request slower, nothing else: the HTTP latency (its p50/p99) and the time to
+    # the first byte, which the wait before the model delays too
+    "slow_dependency": ("http_request_duration_seconds", "http_time_to_first_byte_seconds"),
+    # the process collector's thread count
+    "thread_leak": ("service_process_threads",),
+    # the host collector's /proc/diskstats counters: the writes and the time they took
+    "disk_fill": (
+        "host_disk_writes_completed_total",
+        "host_disk_write_time_seconds_total",
+        "host_disk_io_time_seconds_total",
+    ),
+}
 
 #: Faults the clients must feel: every request crosses what they slow or break.
 _HURTS_CLIENTS = frozenset(
@@ -173,6 +216,7 @@ _HURTS_CLIENTS = frozenset(
         "traffic_surge",  # the normal clients queue behind the burst or get 429
         "timeouts_not_aborting",  # abandoned work keeps the model busy
         "cold_start",  # the next request pays the model load
+        "slow_dependency",  # every request waits for the slow call
     }
 )
 
@@ -205,16 +249,18 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     "network_loss": ("ProbeLatencyHigh", "ProbeFailing"),
 }
 
-#: name -> FaultInfo; the signature id is the fault name for every fault.
+#: name -> FaultInfo; the signature id is the fault name for every fault the knowledge
+#: base knows, None for the ones in ``_SUSPECTS``.
 FAULT_TABLE: dict[str, FaultInfo] = {
     name: FaultInfo(
         name,
         layer,
-        name,
+        None if name in _SUSPECTS else name,
         alerts,
         desc,
         hurts_clients=name in _HURTS_CLIENTS,
         consequences=_CONSEQUENCES.get(name, ()),
+        suspects=_SUSPECTS.get(name, ()),
     )
     for name, layer, alerts, desc in _ROWS
 }

@@ -172,6 +172,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Response:
         service.on_request()
+        await service.call_dependencies()
         texts = [body.input] if isinstance(body.input, str) else list(body.input)
         if not texts or len(texts) > cfg.max_batch:
             return error_response(
@@ -199,6 +200,7 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Response:
         service.on_request()
+        await service.call_dependencies()
         max_tokens = body.max_tokens or cfg.default_max_tokens
         if max_tokens > cfg.max_new_tokens:
             return error_response(

@@ -37,7 +37,9 @@ FAULTS: dict[str, FaultSpec] = {
         FaultSpec(
             "gpu_leak",
             "every request leaves `mib_per_request` MiB allocated on the GPU",
-            {"mib_per_request": (256.0, 1.0, 65536.0)},
+            # down to 0.01 MiB: the severity sweep's at-threshold leak (2e6 B/s) at a few
+            # requests a second is under half a MiB per request
+            {"mib_per_request": (256.0, 0.01, 65536.0)},
         ),
         FaultSpec(
             "slow_inference",
@@ -64,6 +66,19 @@ FAULTS: dict[str, FaultSpec] = {
             "a passed deadline cancels only the await; the generation keeps running",
         ),
         FaultSpec("cold_start", "drop the loaded models; the next request reloads them"),
+        # faults the knowledge base has no signature for (the diagnosis's generic part)
+        FaultSpec(
+            "slow_dependency",
+            "every model request first awaits a call to a dependency that answers in "
+            "`seconds` (x 0.75-1.25); the event loop stays free",
+            {"seconds": (0.2, 0.001, 10.0)},
+        ),
+        FaultSpec(
+            "thread_leak",
+            "every request starts `per_request` threads that never end, until `max_threads` "
+            "are alive; they end when the fault stops",
+            {"per_request": (2.0, 1.0, 64.0), "max_threads": (400.0, 1.0, 4000.0)},
+        ),
     )
 }
 

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextvars
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from ..errors import ServiceError
 from ..instrument import InstrumentedExecutor, PoolSaturated, inference, model_load
 from ._cache import ResponseCache, make_cache
 from ._config import LM_MODEL_ID, DemoConfig
+from ._faults import MAX_DURATION as MAX_FAULT_SECONDS
 from ._faults import InProcessFaults
 from ._gpu import GpuAccount, make_gpu_account
 from ._models import EMBED_MODEL_NAME, DemoModels, GenerationResult
@@ -72,6 +74,10 @@ class DemoService:
         self._stuck.set()
         self._leak: list[bytearray] = []
         self._leak_lock = threading.Lock()
+        # thread_leak: the leaked threads park on this event; setting it ends them all
+        self._leaked_threads: list[threading.Thread] = []
+        self._thread_release = threading.Event()
+        self._dependency_rng = random.Random()
         self.faults = InProcessFaults(
             on_change={
                 "worker_pool_stuck": self._on_pool_stuck,
@@ -79,6 +85,7 @@ class DemoService:
                 "slow_inference": self._on_slow,
                 "gpu_leak": self._on_gpu_leak,
                 "process_memory_leak": self._on_memory_leak,
+                "thread_leak": self._on_thread_leak,
             }
         )
         self.ready = False
@@ -321,6 +328,20 @@ class DemoService:
                 self.gpu.leak(int(gpu_mib * _MIB))
             except Exception as exc:  # the leak filled the device: that is the fault's end state
                 log.warning("gpu leak allocation failed: %s", exc)
+        threads = self.faults.param("thread_leak", "per_request")
+        if threads:
+            self._leak_threads(int(threads))
+
+    async def call_dependencies(self) -> None:
+        """The calls a request makes before its model work (none unless a fault adds one).
+
+        ``slow_dependency``: an awaited call to an upstream (a moderation or
+        feature-store API, say) that answers slowly. It is awaited, not slept on
+        the loop: other requests go on meanwhile, each request just takes longer.
+        """
+        seconds = self.faults.param("slow_dependency", "seconds")
+        if seconds:
+            await asyncio.sleep(seconds * self._dependency_rng.uniform(0.75, 1.25))
 
     @property
     def aborts_on_timeout(self) -> bool:
@@ -365,6 +386,32 @@ class DemoService:
     def _on_gpu_leak(self, on: bool, params: dict[str, float]) -> None:
         if not on and self.gpu is not None:
             self.gpu.clear_leak()
+
+    def _leak_threads(self, count: int) -> None:
+        cap = int(self.faults.param("thread_leak", "max_threads") or 0)
+        with self._leak_lock:
+            self._leaked_threads = [t for t in self._leaked_threads if t.is_alive()]
+            for _ in range(max(0, min(count, cap - len(self._leaked_threads)))):
+                # the leak: a worker started per request that waits for a signal never sent
+                # (bounded by the fault's cap; the revert sends it)
+                t = threading.Thread(
+                    target=self._thread_release.wait,
+                    args=(MAX_FAULT_SECONDS,),
+                    name="aivitals-demo-leaked",
+                    daemon=True,
+                )
+                t.start()
+                self._leaked_threads.append(t)
+
+    def _on_thread_leak(self, on: bool, params: dict[str, float]) -> None:
+        if on:
+            self._thread_release.clear()
+            return
+        self._thread_release.set()
+        with self._leak_lock:
+            threads, self._leaked_threads = self._leaked_threads, []
+        for t in threads:
+            t.join(timeout=1.0)
 
     def _on_memory_leak(self, on: bool, params: dict[str, float]) -> None:
         if not on:

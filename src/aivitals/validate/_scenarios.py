@@ -112,6 +112,10 @@ _LIST: tuple[Scenario, ...] = (
     ),
     Scenario("cold_start"),
     Scenario("timeouts_not_aborting", error_codes=("TIMEOUT",), impatient_client=True),
+    # faults no signature knows: the generic ranking must name the layer and a suspect
+    Scenario("slow_dependency"),
+    Scenario("thread_leak"),
+    Scenario("disk_fill"),
 )
 
 #: fault name -> scenario, in the fault table's order
