@@ -66,7 +66,7 @@ def table(summary: dict[str, Any]) -> list[str]:
         if c.get("skipped"):
             out.append(f"{c['fault']:<24} {c['severity']:<10} skipped: {c['skipped']}")
             continue
-        reached = {True: "yes", False: "not reached", None: "not measured"}[c["reached"]]
+        reached = {True: "yes", False: "not reached", None: "not judged"}[c["reached"]]
         caught = "yes" if c["caught"] else "NO"
         if c.get("error"):
             caught = "ERROR"
