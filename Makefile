@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q --durations=25
 
 test: debs $(STAMP)
 	$(MAKE) --no-print-directory lint typecheck unit
