@@ -161,3 +161,29 @@ def test_public_names_exist_once() -> None:
     assert len(pkg.__all__) == len(set(pkg.__all__))
     for name in pkg.__all__:
         assert hasattr(pkg, name), name
+
+
+def _cache_store(hits: list[float], misses: list[float]) -> object:
+    """Per-second hit and miss rates of one cache, 1 s apart, as counters."""
+    from aivitals.tsdb import Store
+
+    store = Store(retention=1e9)
+    h = m = 0.0
+    for i, (dh, dm) in enumerate(zip(hits, misses, strict=True)):
+        h, m = h + dh, m + dm
+        store.append("cache_requests_total", {"cache": "c", "result": "hit"}, h, float(i))
+        store.append("cache_requests_total", {"cache": "c", "result": "miss"}, m, float(i))
+    return store
+
+
+def test_a_stampede_is_hits_turning_into_misses_not_hits_going_away() -> None:
+    from aivitals.diagnose import diagnose
+
+    # 4 min warm (4 hits/s, 2 misses/s); then keys expire: the hits become misses
+    stampede = _cache_store([4.0] * 240 + [0.0] * 60, [2.0] * 240 + [6.0] * 60)
+    # the same fall of the ratio, but the client whose requests hit left: misses as before
+    client_left = _cache_store([4.0] * 240 + [0.0] * 60, [2.0] * 240 + [2.0] * 60)
+    named = [f.signature for f in diagnose(stampede, end=299.0, window=120.0, step=1.0).findings]
+    assert "cache_stampede" in named
+    named = [f.signature for f in diagnose(client_left, end=299.0, window=120.0, step=1.0).findings]
+    assert "cache_stampede" not in named
