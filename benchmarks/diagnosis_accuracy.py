@@ -282,8 +282,13 @@ def _fmt_recorded(r: dict[str, Any]) -> str:
     return (
         f"{mark} {r['scenario']:<40}{r['split']:<8}{r['kind']:<8}"
         f"expected={','.join(r['expected']):<40} top={'; '.join(top or ['-'])} "
-        f"{r['size_kb']} KB {r['seconds']}s"
+        f"{r['size_kb']} KB {r['seconds']}s validate={_verdict(r['validate_passed'])}"
     )
+
+
+def _verdict(passed: object) -> str:
+    """validate's verdict on the whole scenario (every check, not the diagnosis alone)."""
+    return "-" if passed is None else ("pass" if passed else "fail")
 
 
 def _f(x: float) -> str:

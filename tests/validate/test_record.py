@@ -10,16 +10,18 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from aivitals.diagnose import Event, diagnose
+from aivitals.diagnose import Event, diagnose, load_signatures
 from aivitals.errors import ConfigError, StoreError
-from aivitals.tsdb import Store
+from aivitals.tsdb import Store, parse_duration
 from aivitals.validate._record import (
+    HISTORY,
     MAX_GAP_TICKS,
     REQUIRED_FAMILIES,
     SNAPSHOT_SUFFIX,
@@ -48,13 +50,14 @@ def _store(
     hole: tuple[float, float] | None = None,
     hole_only: str | None = None,
     drop: tuple[str, ...] = (),
+    duration: float = 360.0,
 ) -> tuple[Store, Any]:
-    """A 6-minute synthetic run, the fault in its last 2 minutes.
+    """A 6-minute synthetic run (or ``duration`` s), the fault in its last 2 minutes.
 
     ``hole``: seconds (from the start) without any sample, or, with ``hole_only``,
     without samples of that one metric; ``drop``: name prefixes never stored.
     """
-    sc = corpus.scenario(fault, seed=1, duration=360, after=120, distractor=False)
+    sc = corpus.scenario(fault, seed=1, duration=duration, after=120, distractor=False)
     store = Store(retention=7200.0)
     for name, labels, ts, vals in corpus.samples(sc):
         if name.startswith(drop) if drop else False:
@@ -101,20 +104,20 @@ def _save(tmp_path: Path, store: Store, sc: Any, **over: Any) -> Path:
     return save_recording(store, tmp_path, _label(sc, **over), start=sc.start, end=sc.end)
 
 
-def test_round_trip_keeps_window_label_events_and_the_diagnosis(
-    tmp_path: Path, leak: tuple[Store, Any]
-) -> None:
-    store, sc = leak
+def test_round_trip_keeps_window_label_events_and_the_diagnosis(tmp_path: Path) -> None:
+    # 15 minutes, so that the window saved starts well after the store's first sample
+    store, sc = _store(duration=900.0)
     xid = Event(sc.fault_start + 5, "kernel", "NVRM: Xid 79", {"xid": "79"})
-    before = Event(sc.start - 50, "kernel", "outside the window", {})
+    before = Event(sc.start + 100, "kernel", "outside the window", {})
     alert = _Alert("GPUMemoryHigh", {"severity": "P1"}, "firing", sc.fault_start + 10,
                    sc.fault_start + 20, None)  # fmt: skip
     # resolved before the window: its transition is not part of the recording
-    old = _Alert("CPUHigh", {}, "resolved", sc.start - 90, sc.start - 80, sc.start - 60)
-    label = _label(sc)
-    # the window saved is [start + 5, end]: samples before it must not be kept
+    old = _Alert("CPUHigh", {}, "resolved", sc.start + 90, sc.start + 100, sc.start + 120)
+    label = _label(sc, t_baseline=sc.end - 289)
+    # asked from 400 s; the diagnosis window starts at 610 s, its first rates read 60 s
+    # before, and HISTORY more: the window saved is [220 s, end], nothing before it
     path = save_recording(
-        store, tmp_path, label, start=sc.start + 5, end=sc.end, events=[xid, before],
+        store, tmp_path, label, start=sc.start + 400, end=sc.end, events=[xid, before],
         alerts=[old, alert],
     )  # fmt: skip
     assert path == tmp_path / f"gpu_memory_leak-moderate{SNAPSHOT_SUFFIX}"
@@ -136,7 +139,8 @@ def test_round_trip_keeps_window_label_events_and_the_diagnosis(
     assert rec.size_bytes == path.stat().st_size + rec.label_path.stat().st_size
 
     again = rec.store()
-    lo, hi = round((sc.start + 5) * 1000), round(sc.end * 1000)
+    assert rec.start == sc.start + 610 - 60 - HISTORY == sc.start + 220
+    lo, hi = round(rec.start * 1000), round(sc.end * 1000)
     for name in ("up", "gpu_memory_used_bytes", "http_request_duration_seconds_bucket"):
         want = _by_series(store, name, lo, hi)
         got = _by_series(again, name, -(2**62), 2**62)
@@ -361,15 +365,34 @@ def test_the_saved_window_reaches_back_as_far_as_the_diagnosis_reads(
     tmp_path: Path, leak: tuple[Store, Any]
 ) -> None:
     store, sc = leak
-    # asked from 60 s; the diagnosis window starts at 70 s and its first rates read a
-    # minute (a quarter of the 289 s window: 72 s, capped at 60 s) before that
+    # asked from 60 s; the diagnosis window starts at 70 s, its first rates read a
+    # minute (a quarter of the 289 s window: 72 s, capped at 60 s) before that, and the
+    # signatures' baselines HISTORY more: before the store's first sample, which is
+    # no problem (validate's diagnosis had no more either)
     save_recording(store, tmp_path, _label(sc), start=sc.start + 60, end=sc.end)
     [rec] = load_recordings(tmp_path)
-    assert rec.start == sc.start + 10
+    assert rec.start == sc.start + 10 - HISTORY
     assert rec.problems == ()
-    assert min(rec.store().fetch([("__name__", "=", "up")], 0, 2**62)[1]) == round(
-        (sc.start + 10) * 1000
-    )
+    assert min(rec.store().fetch([("__name__", "=", "up")], 0, 2**62)[1]) == round(sc.start * 1000)
+
+
+_LOOKBACK = re.compile(r"\[(\d+[smh])(?::[^\]]*)?\]|offset\s+(\d+[smh])")
+#: A count of rare events over a range: a recording cut shorter can miss one, not invent one.
+_RARE_COUNT = re.compile(r"(?:increase|changes|resets)\(\s*[a-z_]+(?:\{[^}]*\})?\[(\d+[smh])\]\)")
+
+
+def test_history_covers_every_lookback_that_could_invent_evidence() -> None:
+    exprs = [e.expr for sig in load_signatures() for e in sig.evidence]
+    assert exprs
+    longer = []
+    for expr in exprs:
+        rare = {m.start(1) for m in _RARE_COUNT.finditer(expr)}
+        for m in _LOOKBACK.finditer(expr):
+            pos = m.start(1) if m.group(1) else m.start(2)
+            span = parse_duration("lookback", m.group(1) or m.group(2))
+            if span > HISTORY and pos not in rare:
+                longer.append((m.group(0), expr))
+    assert longer == []
 
 
 def test_data_that_starts_after_the_diagnosis_needs_it_is_flagged(tmp_path: Path) -> None:

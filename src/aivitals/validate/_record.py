@@ -56,6 +56,7 @@ from ..errors import ConfigError, StoreError
 from ..tsdb import Store
 
 __all__ = [
+    "HISTORY",
     "KINDS",
     "MAX_GAP_TICKS",
     "MIN_DIAGNOSIS_WINDOW",
@@ -83,6 +84,15 @@ MAX_GAP_TICKS = 5
 #: validate diagnoses at least this many seconds (``_runner._safe_diagnose``), even
 #: when its baseline is shorter, so the detector has points to learn from.
 MIN_DIAGNOSIS_WINDOW = 30.0
+#: How much more history than its rates the recorded diagnosis gets: the signatures'
+#: baselines and levels look back 5 minutes (``[5m]``, ``[5m:${rate}]`` subqueries,
+#: ``offset 1m``), and a window cut shorter invents evidence (a counter that existed
+#: all along reads as a series new in the last minute). Only their 10-minute counts of
+#: rare events (``increase``/``changes``/``resets`` of kernel I/O errors, OOM kills,
+#: restarts, model reloads) reach further; cut, they can only miss an event 5-10
+#: minutes back, never invent one (``tests/validate/test_record.py`` checks that), and
+#: 10 minutes would double a quick recording's size again (~0.9 KB/s of window).
+HISTORY = 330.0
 #: Series written at every tick whatever the service does: one ``up`` per scrape
 #: target (0 when the scrape fails) and one ``aivitals_collector_up`` per collector.
 HEARTBEATS = ("up", "aivitals_collector_up")
@@ -219,8 +229,10 @@ def save_recording(
     (``RuleEngine.history``) whose time falls in the saved window are kept beside it
     (pass them unfiltered: the window may be widened, see below), since the diagnosis
     reads them and a snapshot holds only series. ``start`` is moved earlier when the
-    diagnosis validate judges (``Recording.diagnosis_window``) reads further back,
-    with its first rates: what the store then lacks is flagged at load time as a gap.
+    diagnosis validate judges (``Recording.diagnosis_window``) reads further back:
+    its first rates, and ``HISTORY`` more for the signatures' 5-minute baselines.
+    What the store lacks of its rates' reach is flagged at load time as a gap; of the
+    history, it is not (a stack younger than that gave validate no more either).
     A recording of the same name is replaced (both files written under temporary
     names, then renamed).
     """
@@ -235,7 +247,7 @@ def save_recording(
     _check_label(label, f"recording {label.get('name')!r}")
     # never less than the recorded diagnosis reads: a quick run's 4 s baseline is
     # diagnosed over 30 s, and the first rates reach a rate window further back
-    start = min(float(start), _needed_from(label, float(end)))
+    start = min(float(start), _needed_from(label, float(end)) - HISTORY)
     name = str(label["name"])
     directory = Path(directory)
     try:
