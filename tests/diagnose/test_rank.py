@@ -539,3 +539,24 @@ def test_a_real_prometheus_gives_the_same_ranking_as_the_embedded_store(tmp_path
         assert a.score == pytest.approx(b.score, rel=0.1)
     # One instant query to discover the names, one range query per family.
     assert remote.queries == sent == 1 + remote.families == 4
+
+
+def test_derived_series_and_the_monitors_own_are_left_out_unless_asked() -> None:
+    rng = np.random.default_rng(3)
+    store = Store(retention=1e7)
+    _fill(store, "queue_depth", {}, _gauge(rng, 50.0, 0.05, factor=3.0))
+    # the same change, recorded by a rule, and the monitor's own ingest moving with it
+    _fill(store, "job:queue_depth:avg", {}, _gauge(rng, 50.0, 0.05, factor=3.5))
+    _fill(store, "aivitals_tsdb_samples_appended_total", {}, _counter(rng, 100.0, factor=8.0))
+    default = {c.metric for c in _rank(store).changes}
+    assert default == {"queue_depth"}
+    everything = {c.metric for c in _rank(store, exclude=None).changes}
+    assert everything == {
+        "queue_depth",
+        "job:queue_depth:avg",
+        "aivitals_tsdb_samples_appended_total",
+    }
+    only = {c.metric for c in _rank(store, exclude="queue_depth").changes}
+    assert only == {"job:queue_depth:avg", "aivitals_tsdb_samples_appended_total"}
+    with pytest.raises(ConfigError, match="not a regex"):
+        _rank(store, exclude="(")

@@ -40,7 +40,18 @@ from ..signals import MetricType
 from ..tsdb import Backend, QueryResult
 from ._model import Unseen
 
-__all__ = ["Change", "ChangeRanking", "rank_changes"]
+__all__ = ["DEFAULT_EXCLUDE", "Change", "ChangeRanking", "rank_changes"]
+
+#: Names ``rank_changes`` leaves out of discovery by default: recording-rule outputs
+#: (``level:metric:operation``, derived from raw series that are ranked themselves),
+#: alert state series, and the monitor's own telemetry (the aivitals agent's, a
+#: Prometheus's or VictoriaMetrics's, scrape bookkeeping). Its own ingest rate moves
+#: whenever series come and go, and in validate runs it outranked the faults' signals.
+DEFAULT_EXCLUDE = (
+    r".*:.*|ALERTS|ALERTS_FOR_STATE|aivitals_.*|prometheus_.*|vm_.*|vmalert_.*"
+    r"|scrape_.*|up"
+)
+
 
 #: Robust sigma from the median absolute deviation (normal data).
 _MAD_SIGMA = 1.4826
@@ -425,6 +436,7 @@ def rank_changes(
     quantiles: Sequence[float] = (0.5, 0.99),
     max_families: int = 1000,
     workers: int = 1,
+    exclude: str | None = DEFAULT_EXCLUDE,
 ) -> ChangeRanking:
     """Rank the series that changed most from ``baseline`` to ``incident``.
 
@@ -438,7 +450,10 @@ def rank_changes(
     baseline ends before the incident starts. ``selector`` is a metric name or
     a list of them, each optionally with matchers (``'http_requests_total{job="api"}'``);
     without it every metric name is discovered (``label_values`` on the embedded
-    store, one instant query otherwise). ``step`` (default: a sixtieth of the
+    store, one instant query otherwise), except the names ``exclude`` matches
+    (a full-match regex; default ``DEFAULT_EXCLUDE``: recording-rule outputs,
+    which repeat the raw series they are computed from, and what the monitoring
+    system reports about itself; ``None`` keeps every name). ``step`` (default: a sixtieth of the
     shorter window, at most 10,000 points a query) is the resolution; counters
     are turned into rates over ``rate_window`` (default ``max(4 * step, min(60 s,
     shorter window / 4))``: a minute, so four 15 s scrapes, unless a window is too
@@ -493,9 +508,17 @@ def rank_changes(
     queries = 0
     unseen: list[Unseen] = []
     notes: list[str] = []
+    if exclude is not None and not isinstance(exclude, str):
+        raise ConfigError(f"exclude must be a regex string or None, got {exclude!r}")
     if selector is None:
         names, used_query = _discover(backend, i1)
         queries += used_query
+        if exclude is not None:
+            try:
+                skip = re.compile(exclude)
+            except re.error as exc:
+                raise ConfigError(f"exclude {exclude!r} is not a regex: {exc}") from None
+            names = [(n, m) for n, m in names if not skip.fullmatch(n)]
         if not names:
             unseen.append(Unseen("metrics", "the backend returned no metric names"))
     else:
