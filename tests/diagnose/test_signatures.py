@@ -187,3 +187,39 @@ def test_a_stampede_is_hits_turning_into_misses_not_hits_going_away() -> None:
     assert "cache_stampede" in named
     named = [f.signature for f in diagnose(client_left, end=299.0, window=120.0, step=1.0).findings]
     assert "cache_stampede" not in named
+
+
+def _counters(store: object, series: dict[str, tuple[dict[str, str], list[float]]]) -> None:
+    """Per-second increments as counters, 1 s apart."""
+    for name, (labels, per_s) in series.items():
+        total = 0.0
+        for i, d in enumerate(per_s):
+            total += d
+            store.append(name, labels, total, float(i))  # type: ignore[attr-defined]
+
+
+def test_a_rise_of_requests_the_input_guard_refuses_is_not_a_traffic_surge() -> None:
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+
+    def store(rejected: float) -> Store:
+        s = Store(retention=1e9)
+        _counters(
+            s,
+            {
+                "http_request_duration_seconds_count": (
+                    {"route": "/v1"},
+                    [4.0] * 120 + [14.0] * 60,
+                ),
+                "input_rejections_total": ({"reason": "x"}, [0.0] * 120 + [rejected] * 60),
+            },
+        )
+        return s
+
+    def surge(s: Store) -> float:
+        found = diagnose(s, end=179.0, window=120.0, step=1.0).findings
+        return next((f.confidence for f in found if f.signature == "traffic_surge"), 0.0)
+
+    # contradicted: half the confidence (it may still be listed, below what explains it)
+    assert surge(store(10.0)) <= 0.5 * surge(store(0.0)) + 1e-9
+    assert surge(store(0.0)) > 0

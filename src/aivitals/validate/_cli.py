@@ -182,4 +182,3 @@ def _names(text: str | None) -> tuple[str, ...] | None:
     for n in names:
         case(n)
     return names
-
