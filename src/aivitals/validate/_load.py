@@ -17,7 +17,8 @@ class LoadPlan:
     embeddings_rate: float = 2.0
     max_tokens: int = 12
     prompt_tokens: int = 24
-    impatient_rate: float = 2.0
+    #: an impatient client's share of the completions (taken from the normal stream)
+    impatient_rate: float = 1.0
     #: distinct embeddings inputs, the same in every phase (a cache warm from the start)
     embeddings_pool: int = 16
     embeddings_seed: int = 0
@@ -49,12 +50,16 @@ class LoadPhase:
 
         url = self.base_url.rstrip("/")
         p = self.plan
+        # The impatient client replaces part of the completions, so the request rate stays
+        # what it was: added on top it raised the rate by half, which read as a traffic
+        # surge and contradicted timeouts_not_aborting's own finding.
+        completions_rate = p.completions_rate - (p.impatient_rate if self.impatient else 0.0)
         configs = {
             # every prompt new (input_pool 0, no seed), in every phase: each completion
             # reaches the model (the cache looks it up and misses)
             "completions": LoadConfig(
                 url=url + "/v1/completions",
-                rate=p.completions_rate,
+                rate=completions_rate,
                 duration=max_seconds,
                 max_tokens=p.max_tokens,
                 prompt_tokens=p.prompt_tokens,
