@@ -76,6 +76,18 @@ def test_ramped_send_times_follow_the_multiplier() -> None:
     assert swing_offsets([0.0, 1.0, 2.0], 60.0, 2.0, 2.0) == [0.0, 0.5, 1.0]
 
 
+def test_a_lead_in_runs_at_the_start_rate_then_the_ramp_starts() -> None:
+    base = [i * 0.25 for i in range(4 * 400)]  # 4/s at x1
+    sent = swing_offsets(base, 300.0, lead_in=60.0)
+    warm = [t for t in sent if t < 60.0]
+    assert len(warm) == pytest.approx(0.5 * 4 * 60, abs=1)  # x0.5 through the lead-in
+    ramp = [t - 60.0 for t in sent if t >= 60.0]
+    rest = base[len(warm) :]
+    assert ramp == pytest.approx(swing_offsets([t - rest[0] + 0.0 for t in rest], 300.0), abs=0.2)
+    with pytest.raises(ConfigError, match="lead-in"):
+        swing_offsets(base, 300.0, lead_in=-1.0)
+
+
 def test_a_burst_keeps_its_shape_only_denser_at_the_peak() -> None:
     d = 400.0
     burst = [100.0 + 0.1 * i for i in range(10)]  # ten requests 0.1 s apart, x1 at t=100
@@ -174,6 +186,7 @@ def test_the_plan_polls_before_the_end_and_reloads_half_way() -> None:
     quick = SoakPlan.for_run(300, quick=True)
     assert quick.poll_times() == [30.0 + 10 * i for i in range(27)]  # 30 .. 290 s
     assert quick.reload_at == 150.0 and quick.window == 60.0 and quick.cache_ttl == 60.0
+    assert quick.warm_up == 60.0  # one cache TTL before the soak's clock
     full = SoakPlan.for_run(3600, quick=False)
     assert full.poll_times()[0] == 90.0 and full.poll_times()[-1] == 3570.0
     assert full.cache_ttl == 300.0

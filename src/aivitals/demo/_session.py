@@ -235,6 +235,8 @@ class SoakLoad:
     prompts drift (``churn_entry``: the hot set is replaced ``churn_turnovers`` times),
     so cached keys stop being asked and expire while new ones are cached. The warped
     send times go to the load generator as trace files in the stack's workdir.
+    ``warm_up`` seconds at the ramp's start rate come first; the soak's clock
+    (``seconds``, ``started_at``, ``multiplier``) starts after them.
 
     **Usage**::
 
@@ -251,6 +253,7 @@ class SoakLoad:
         duration: float,
         cache_ttl: float,
         swing: tuple[float, float] = (0.5, 1.5),
+        warm_up: float = 0.0,
         churn_turnovers: float = 2.0,
         trace: str = "azure-conv",
         utilization: float = 0.5,
@@ -263,10 +266,14 @@ class SoakLoad:
         from ._workload import rate_multiplier
 
         rate_multiplier(0.0, duration, *swing)  # a bad duration or swing fails here
+        if not warm_up >= 0:
+            raise ConfigError(f"warm_up={warm_up!r}: expected >= 0 seconds")
         if not cache_ttl > 0:
             raise ConfigError(f"cache_ttl={cache_ttl!r}: expected > 0 seconds")
         self.stack = stack
         self.duration = float(duration)
+        #: seconds of load at the ramp's start rate before the soak's clock starts
+        self.warm_up = float(warm_up)
         self.cache_ttl = cache_ttl
         self.swing = swing
         self.churn_turnovers = churn_turnovers
@@ -282,15 +289,16 @@ class SoakLoad:
         self.workload: Any = None
         #: seconds between two new most popular prompts
         self.churn_every = 0.0
-        #: wall-clock time (``time.time()``) the replay started
+        #: wall-clock time (``time.time()``) the soak's clock starts: the replay's start
+        #: plus the warm-up
         self.started_at = 0.0
         self._started = 0.0
         self._agent_check = AgentCheck()
 
     @property
     def seconds(self) -> float:
-        """Seconds since the replay started (0 before)."""
-        return time.monotonic() - self._started if self._started else 0.0
+        """Seconds on the soak's clock (negative during the warm-up; 0 before the start)."""
+        return time.monotonic() - self._started - self.warm_up if self._started else 0.0
 
     @property
     def base_rps(self) -> float:
@@ -327,19 +335,23 @@ class SoakLoad:
             cache_ttl=self.cache_ttl,
             embeddings_rate=self.embeddings_rate,
             probe_seconds=self.probe_seconds,
-            duration=self.duration,
+            duration=self.warm_up + self.duration,
             seed=self.seed,
             length_scale=LENGTH_SCALE,
         )
-        # the trace at x1, its clock run at the ramp's multiplier; what falls past the
-        # end is not sent (the ramp averages x0.91 for 0.5..1.5, so that much of it)
+        # the trace at x1, its clock run at the ramp's multiplier (after the warm-up at its
+        # start rate); what falls past the end is not sent
+        end = self.warm_up + self.duration
         warped = swing_offsets(
-            [r.at * workload.time_scale for r in self.trace_rows], self.duration, *self.swing
+            [r.at * workload.time_scale for r in self.trace_rows],
+            self.duration,
+            *self.swing,
+            lead_in=self.warm_up,
         )
-        rows = [r for r, t in zip(self.trace_rows, warped, strict=True) if t < self.duration]
+        rows = [r for r, t in zip(self.trace_rows, warped, strict=True) if t < end]
         sends = warped[: len(rows)]
         self.churn_every = churn_period(
-            workload.pool_size, workload.zipf_s, self.duration, self.churn_turnovers
+            workload.pool_size, workload.zipf_s, end, self.churn_turnovers
         )
         completions = churned_requests(
             self.trace_rows,
@@ -353,11 +365,12 @@ class SoakLoad:
         # the embeddings ramp with the completions (a whole service's traffic rises, not one
         # endpoint's: the mix of input lengths the model sees stays the demo's)
         emb = swing_offsets(
-            poisson_schedule(self.embeddings_rate, self.duration, seed=self.seed),
+            poisson_schedule(self.embeddings_rate, end, seed=self.seed),
             self.duration,
             *self.swing,
+            lead_in=self.warm_up,
         )
-        emb = [t for t in emb if t < self.duration]
+        emb = [t for t in emb if t < end]
         # their bodies come from the embeddings pool; the lengths written are placeholders
         emb_path = write_trace_csv(
             Path(stack.workdir) / "soak-embeddings.csv",
@@ -368,13 +381,13 @@ class SoakLoad:
         self.workload = dataclasses.replace(workload, completions=tuple(completions))
         replay = dataclasses.replace(self.workload, time_scale=1.0)
         self._started = time.monotonic()
-        self.started_at = time.time()
+        self.started_at = time.time() + self.warm_up
         self.streams = workload_streams(
             replay,
             base_url=stack.service.url,
             trace=str(path),
             stop=self.stop_event,
-            until=self._started + self.duration,
+            until=self._started + end,
             embeddings_trace=str(emb_path),
         )
         for st in self.streams:
@@ -386,7 +399,8 @@ class SoakLoad:
             return "not started"
         low, high = self.swing
         return (
-            f"{self.workload.why()}; rate ramped x{low:g}..x{high:g} over {self.duration:g} s "
+            f"{self.workload.why()}; {self.warm_up:g} s of warm-up at x{low:g}, then the rate "
+            f"ramped x{low:g}..x{high:g} over {self.duration:g} s "
             "(completions and embeddings); "
             f"a new most popular prompt every {self.churn_every:.1f} s (hot set replaced "
             f"{self.churn_turnovers:g} times)"

@@ -429,7 +429,12 @@ def rate_multiplier(t: float, duration: float, low: float = 0.5, high: float = 1
 
 
 def swing_offsets(
-    offsets: Sequence[float], duration: float, low: float = 0.5, high: float = 1.5
+    offsets: Sequence[float],
+    duration: float,
+    low: float = 0.5,
+    high: float = 1.5,
+    *,
+    lead_in: float = 0.0,
 ) -> list[float]:
     """Send times with the rate multiplied by ``rate_multiplier``.
 
@@ -438,14 +443,24 @@ def swing_offsets(
     denser) while the mean rate follows the ramp. ``offsets`` are the trace's send times
     at x1. Over the run the trace's clock advances ``duration * mean multiplier``
     (``(high - low) / ln(high / low)``, 0.91 for 0.5..1.5); later offsets keep the
-    multiplier of the end.
+    multiplier of the end. ``lead_in`` seconds at ``low`` come first (a warm-up before
+    the ramp): the ramp then starts at ``lead_in``.
     """
     import numpy as np
 
     _check_swing(duration, low, high)
+    if not (math.isfinite(lead_in) and lead_in >= 0):
+        raise ConfigError(f"lead-in {lead_in!r}: expected >= 0 seconds")
     at = np.asarray(offsets, dtype=float)
     if at.size and (not np.all(np.isfinite(at)) or at.min() < 0):
         raise ConfigError("trace offsets: expected finite times >= 0")
+    if lead_in > 0:
+        first = at < low * lead_in
+        rest = swing_offsets(list(at[~first] - low * lead_in), duration, low, high)
+        out = np.empty_like(at)
+        out[first] = at[first] / low
+        out[~first] = lead_in + np.asarray(rest)
+        return [float(w) for w in out]
     growth = math.log(high / low) / duration  # per second
     # the trace clock M(t) = integral of the multiplier, inverted in closed form
     if growth == 0.0:

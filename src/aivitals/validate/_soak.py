@@ -93,6 +93,9 @@ class SoakPlan:
     min_window: float
     reload_at: float
     cache_ttl: float
+    #: load at the ramp's start rate before the soak's clock: one cache TTL, so the soak
+    #: starts on a warm cache, not on the stack's first requests
+    warm_up: float = 0.0
     swing: tuple[float, float] = (0.5, 1.5)
 
     @classmethod
@@ -115,7 +118,7 @@ class SoakPlan:
                 f"soak duration {duration:g} s: at least {2 * min_window:g} s "
                 f"({'quick' if quick else 'full'} run), so the diagnosis is asked more than once"
             )
-        return cls(duration, quick, poll_every, window, min_window, duration / 2, ttl)
+        return cls(duration, quick, poll_every, window, min_window, duration / 2, ttl, ttl)
 
     def poll_times(self) -> list[float]:
         """Seconds into the soak at which the diagnosis is asked."""
@@ -406,10 +409,19 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
             if stack.ledger is not None:
                 report.environment["stack_ledger"] = stack.ledger.run_id
             load = SoakLoad(
-                stack, duration=plan.duration, cache_ttl=plan.cache_ttl, swing=plan.swing
+                stack,
+                duration=plan.duration,
+                cache_ttl=plan.cache_ttl,
+                swing=plan.swing,
+                warm_up=plan.warm_up,
             )
             echo("measuring the service's capacity (5 s) ...")
             load.start()
+            echo(load.why())
+            echo(f"warming up for {plan.warm_up:g} s at x{plan.swing[0]:g} (a warm cache)")
+            while load.seconds < 0:
+                load.check()
+                time.sleep(0.5)
             report.soak_started_at = load.started_at
             report.startup_alerts = sorted(
                 {
@@ -419,7 +431,6 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 }
             )
             report.workload = _workload(load, plan)
-            echo(load.why())
             _soak(stack, load, plan, report, echo)
         except KeyboardInterrupt:
             report.interrupted = True
@@ -455,6 +466,7 @@ def _workload(load: Any, plan: SoakPlan) -> dict[str, Any]:
         "pool_size": w.pool_size,
         "expected_hit_ratio": w.expected_hit_ratio,
         "cache_ttl_s": plan.cache_ttl,
+        "warm_up_s": plan.warm_up,
         "churn_every_s": load.churn_every,
         "embeddings_rps": w.embeddings_rps,
         "length_scale": w.length_scale,
@@ -608,12 +620,12 @@ def _load_times(stack: Any) -> dict[str, float]:
 
 
 def _poll(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
-    """Ask the diagnosis over the last ``plan.window`` seconds (never before the soak)."""
+    """Ask the diagnosis over the last ``plan.window`` seconds (never before the warm-up)."""
     from ..diagnose import HIGH_CONFIDENCE
 
     now = time.time()
     at = now - load.started_at
-    window = min(plan.window, at)
+    window = min(plan.window, at + plan.warm_up)
     try:
         d = stack.diagnose(window=window, end=now)
     except Exception as exc:  # a broken diagnosis is an unhealthy poll, said so
