@@ -298,3 +298,27 @@ async def test_a_hung_sync_probe_is_not_started_again_and_ready_returns_after() 
     finally:
         unblock.set()
         await health.stop()
+
+
+async def test_a_check_that_ended_while_the_loop_was_blocked_is_not_still_running() -> None:
+    # a handler's synchronous sleep blocks the event loop; the Redis ping's thread ends
+    # meanwhile. A check started before the loop heard that must not read it as "previous
+    # run still going" (a healthy dependency reported down while the loop was blocked)
+    def ping() -> bool:
+        return True
+
+    health = Health(
+        HealthConfig(dependencies={"redis": ping}, dependency_timeout=0.5),
+        registry=CollectorRegistry(),
+    )
+    details: list[str] = []
+    record = health._record
+    health._record = lambda name, result: (details.append(result.detail), record(name, result))  # type: ignore[method-assign]
+    first = asyncio.create_task(health.run_checks())
+    await asyncio.sleep(0)  # run_checks starts its checks
+    await asyncio.sleep(0)  # the ping's thread is submitted
+    time.sleep(0.1)  # blocked: the thread has answered, the loop has not heard it
+    await health._guarded("dependency:redis", ping, 0.5)  # a check before the loop caught up
+    await first
+    assert details and not [d for d in details if "still going" in d], details
+    assert health.readiness()[0]

@@ -140,12 +140,21 @@ async def _call(fn: Check, timeout: float, done: Callable[[], object]) -> Any:
             return await asyncio.wait_for(fn(), timeout)
         finally:
             done()
-    future = asyncio.get_running_loop().run_in_executor(None, fn)
+    # The thread says when the work ended, not the loop: a loop blocked by other work (a
+    # synchronous call in a handler) hears it late, and a round started meanwhile read the
+    # check as "previous run still going", reporting a healthy dependency down (the likely
+    # cause of DependencyDown in validate's event_loop_blocked, with Redis up).
+    def run() -> Any:
+        try:
+            return fn()
+        finally:
+            done()
+
+    future = asyncio.get_running_loop().run_in_executor(None, run)
 
     def finished(f: asyncio.Future[Any]) -> None:
         if not f.cancelled():
             f.exception()  # retrieved: a late failure is not "never retrieved"
-        done()
 
     future.add_done_callback(finished)
     result = await asyncio.wait_for(asyncio.shield(future), timeout)
