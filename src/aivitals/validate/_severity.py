@@ -337,7 +337,7 @@ def _knobs() -> dict[str, Knob]:
         Knob(
             "cpu_burn",
             "load",
-            "CPU demand of the burner (share of the host's CPUs)",
+            "share of the host's CPU time busy (the burner asks workers x load)",
             busy,
             f"HostCPUSaturated cpu_busy_ratio {busy:g}; {cpus} CPUs",
             {"workers": 0, "load": _up(100 * busy, 1)},
