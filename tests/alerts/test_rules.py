@@ -181,12 +181,12 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
     )
     rules = {r.name: r for g in pack.groups for r in g.rules}
     assert rules["HostCPUSaturated"].expr.rstrip().endswith("> 0.8")
-    assert "< 0.25 * max_over_time(" in rules["CacheHitRatioDrop"].expr
+    assert "< 0.25 * job_cache:cache_hit_ratio:baseline" in rules["CacheHitRatioDrop"].expr
     assert ") > 0.25\n" in rules["LatencyHighWorkersIdle"].expr
     assert rules["InputRejectionsHigh"].expr.rstrip().endswith("> 0.1")
     assert rules["TimedOutWorkNotAborted"].expr.rstrip().endswith("> 0.3")
     assert (
-        "less than 0.25x its best level"
+        "less than 0.25x its usual (median) level"
         in rules["CacheHitRatioDrop"].annotations["description"].source
     )
 
