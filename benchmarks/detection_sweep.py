@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from aivitals.errors import ConfigError
-    from aivitals.validate._severity import summarize_sweep
+    from aivitals.validate import summarize_sweep
 
     started = time.time()
     if args.from_report is not None:

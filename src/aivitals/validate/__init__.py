@@ -23,12 +23,14 @@ from ._record import Recording, load_recordings, save_recording
 from ._report import Check, Report, ScenarioResult
 from ._runner import LOG_FIELDS, run_validate
 from ._scenarios import SCENARIOS, Scenario, hostable
+from ._severity import SEVERITIES, reached, severity_params, severity_table, summarize_sweep
 from ._soak import SoakReport, parse_soak_duration, run_soak
 
 __all__ = [
     "LOG_FIELDS",
     "PAIRS",
     "SCENARIOS",
+    "SEVERITIES",
     "Case",
     "Check",
     "Recording",
@@ -42,7 +44,11 @@ __all__ = [
     "hostable",
     "load_recordings",
     "parse_soak_duration",
+    "reached",
     "run_soak",
     "run_validate",
     "save_recording",
+    "severity_params",
+    "severity_table",
+    "summarize_sweep",
 ]
