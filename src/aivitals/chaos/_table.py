@@ -228,14 +228,29 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # a GPU that fell off the bus does no work while requests arrive
     "gpu_xid": ("GPUUtilizationLow",),
     # a slowed device is busy longer for the same work
-    "gpu_contention": ("GPUUtilizationHigh",),
+    # (and at 10x every worker waits on it: the pool fills and requests queue)
+    "gpu_contention": ("GPUUtilizationHigh", "WorkerPoolSaturated", "QueueWaitHigh"),
     # requests wait while the GPU idles: the very symptom of these two
-    "event_loop_blocked": ("GPUUtilizationLow",),
+    "event_loop_blocked": (
+        "GPUUtilizationLow",
+        # blocked past its capacity (validate's 0.3 s a request at 4 requests/s) the
+        # service stops answering scrapes and probes: it is down to its clients too
+        "TargetDown",
+        "ServiceMetricsAbsent",
+        "ProbeFailing",
+    ),
     "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh"),
     # a starved service leaves the device idle while requests are slow
     "cpu_burn": ("GPUUtilizationLow",),
-    # the surge queues, waits, is refused, and keeps the model busy
-    "traffic_surge": ("QueueWaitHigh", "WorkerPoolSaturated", "GPUUtilizationHigh"),
+    # the surge queues, waits, is refused, and keeps the model busy; its inputs are new
+    # (distinct, so the cache does not absorb it), so the hit ratio of the cache it
+    # goes through collapses (embeddings: ~1.0 -> ~0.02 in a quick run at x20)
+    "traffic_surge": (
+        "QueueWaitHigh",
+        "WorkerPoolSaturated",
+        "GPUUtilizationHigh",
+        "CacheHitRatioDrop",
+    ),
     # work the deadline did not stop keeps workers, model and CPU busy; admission refuses
     "timeouts_not_aborting": (
         "HTTP429RateHigh",
