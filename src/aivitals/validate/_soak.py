@@ -138,6 +138,8 @@ class PollResult:
     #: findings at or above the report floor: (signature, layer, confidence)
     findings: list[tuple[str, str, float]] = field(default_factory=list)
     error: str | None = None
+    #: where each finding points (its ``where`` labels: ``cache=embeddings``), in order
+    where: list[str] = field(default_factory=list)
     #: not healthy, and what it named at or above the threshold is only the planned
     #: reload (``PLANNED_RELOAD_FINDINGS``): still counted as not healthy, told apart
     names_planned_reload: bool = False
@@ -336,7 +338,12 @@ class SoakReport:
         if not bad:
             out.append(f"All {self.polls} polls healthy (no finding at or above the threshold).")
         for p in bad:
-            named = ", ".join(f"{s} ({lay}) {c:.2f}" for s, lay, c in p.findings)
+            named = ", ".join(
+                f"{s} ({lay}{'; ' + w if w else ''}) {c:.2f}"
+                for (s, lay, c), w in zip(
+                    p.findings, p.where or [""] * len(p.findings), strict=False
+                )
+            )
             note = "; names only the planned reload" if p.names_planned_reload else ""
             out.append(f"- {p.at:.0f} s: {p.error or named} (shape {p.shape}{note})")
         out += ["", "## Cache hit ratio over time", "", "| s | " + " | ".join(self._caches())]
@@ -484,7 +491,8 @@ def _multiplier_window(plan: SoakPlan) -> float:
 
 def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
     polls = plan.poll_times()
-    sent: list[tuple[float, int]] = [(0.0, 0)]
+    # from the soak's start: the counters also hold the warm-up's requests
+    sent: list[tuple[float, int]] = [(load.seconds, _completions_sent(load))]
     reload = _Reload(plan.reload_at)
     last_status = 0.0
     try:
@@ -495,7 +503,7 @@ def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo)
                 report.problems.append(str(exc))
                 echo(f"[fail] {exc}")
                 return
-            sent.append((now, sum(c.sent for c in load.clients() if c.name == "completions")))
+            sent.append((now, _completions_sent(load)))
             reload.step(stack, now, report, echo)
             if polls and now >= polls[0]:
                 polls.pop(0)
@@ -506,7 +514,12 @@ def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo)
             time.sleep(0.5)
     finally:
         reload.finish(stack, report, echo)
+        reload.measure(stack, report)
         report.multiplier = _achieved(sent, load.base_rps, _multiplier_window(plan))
+
+
+def _completions_sent(load: Any) -> int:
+    return sum(c.sent for c in load.clients() if c.name == "completions")
 
 
 def _status(load: Any, now: float) -> str:
@@ -596,7 +609,12 @@ class _Reload:
                 report.problems.append("planned reload revert: " + "; ".join(errors))
         finally:
             self.runner.close()
-        # the service's own timing of the reload: the load-time gauges that changed
+
+    def measure(self, stack: Any, report: SoakReport) -> None:
+        """The service's own timing of the reload: the load-time gauges that changed
+        (read at the soak's end: the reload's value reaches the store with a scrape)."""
+        if self.runner is None:
+            return
         changed = {k: v for k, v in _load_times(stack).items() if self.before.get(k) != v}
         if changed:
             report.reload["model_load_s"] = changed
@@ -634,6 +652,10 @@ def _poll(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo)
         named = [(str(f.signature), str(f.layer), float(f.confidence)) for f in d.findings]
         high = [f for f in named if f[2] >= HIGH_CONFIDENCE]
         poll = PollResult(at, window, not high, str(d.shape), named[:5])
+        poll.where = [
+            ",".join(f"{k}={v}" for k, v in sorted(dict(getattr(f, "where", {}) or {}).items()))
+            for f in list(d.findings)[:5]
+        ]
         reloaded = report.reload.get("at_s")
         poll.names_planned_reload = bool(
             high
