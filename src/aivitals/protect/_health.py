@@ -140,6 +140,7 @@ async def _call(fn: Check, timeout: float, done: Callable[[], object]) -> Any:
             return await asyncio.wait_for(fn(), timeout)
         finally:
             done()
+
     # The thread says when the work ended, not the loop: a loop blocked by other work (a
     # synchronous call in a handler) hears it late, and a round started meanwhile read the
     # check as "previous run still going", reporting a healthy dependency down (the likely
