@@ -25,7 +25,6 @@ from aivitals.validate._record import (
     MAX_GAP_TICKS,
     REQUIRED_FAMILIES,
     SNAPSHOT_SUFFIX,
-    RecordedAlert,
     load_recordings,
     save_recording,
 )
@@ -129,10 +128,11 @@ def test_round_trip_keeps_window_label_events_and_the_diagnosis(tmp_path: Path) 
     assert dict(rec.label) == label
     assert rec.problems == ()
     assert rec.events == (xid,)
-    assert rec.alerts == (
-        RecordedAlert("GPUMemoryHigh", {"severity": "P1"}, "firing", sc.fault_start + 10,
-                      sc.fault_start + 20, None),
-    )  # fmt: skip
+    assert [
+        (a.alertname, a.labels, a.state, a.active_at, a.fired_at, a.resolved_at)
+        for a in rec.alerts
+    ] == [("GPUMemoryHigh", {"severity": "P1"}, "firing", sc.fault_start + 10,
+           sc.fault_start + 20, None)]  # fmt: skip
     assert rec.alerts[0].at == sc.fault_start + 20
     assert rec.meta["format"] == 1 and rec.meta["aivitals_version"]
     assert rec.meta["samples"] > 0 and rec.meta["series"] == store.series_count

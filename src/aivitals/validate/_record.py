@@ -45,12 +45,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import __version__, signals
+from ..alerts import AlertEvent, AlertState
 from ..diagnose import Event, EventLike
 from ..errors import ConfigError, StoreError
 from ..tsdb import Store
@@ -64,7 +65,6 @@ __all__ = [
     "REQUIRED_FAMILIES",
     "SEVERITIES",
     "SNAPSHOT_SUFFIX",
-    "RecordedAlert",
     "Recording",
     "load_recording",
     "load_recordings",
@@ -137,27 +137,6 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
 _MAX_PROBLEMS = 4
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedAlert:
-    """An alert transition as recorded: what the diagnosis reads of an ``AlertEvent``."""
-
-    alertname: str
-    labels: Mapping[str, str]
-    state: str
-    active_at: float
-    fired_at: float | None = None
-    resolved_at: float | None = None
-
-    @property
-    def at(self) -> float:
-        """The time of the transition recorded (as ``AlertEvent.at``)."""
-        if self.state == "resolved" and self.resolved_at is not None:
-            return self.resolved_at
-        if self.state == "firing" and self.fired_at is not None:
-            return self.fired_at
-        return self.active_at
-
-
 @dataclass(frozen=True)
 class Recording:
     """One recorded scenario: its label, its snapshot's path, and what is wrong with it.
@@ -174,7 +153,7 @@ class Recording:
     start: float
     end: float
     events: tuple[Event, ...] = ()
-    alerts: tuple[RecordedAlert, ...] = ()
+    alerts: tuple[AlertEvent, ...] = ()
     problems: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
 
@@ -348,17 +327,7 @@ def load_recording(label_path: Path) -> Recording:
             Event(float(e["time"]), str(e["kind"]), str(e["text"]), dict(e.get("fields") or {}))
             for e in doc.get("events") or ()
         )
-        alerts = tuple(
-            RecordedAlert(
-                str(a["alertname"]),
-                {str(k): str(v) for k, v in dict(a.get("labels") or {}).items()},
-                str(a["state"]),
-                float(a["active_at"]),
-                _opt_float(a.get("fired_at")),
-                _opt_float(a.get("resolved_at")),
-            )
-            for a in doc.get("alerts") or ()
-        )
+        alerts = tuple(_alert_event(a) for a in doc.get("alerts") or ())
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{label_path}: malformed events or alerts ({exc!r})") from exc
     meta = {k: v for k, v in doc.items() if k not in ("label", "events", "alerts")}
@@ -546,16 +515,27 @@ def _alert_dict(a: Any) -> dict[str, Any]:
     }
 
 
+def _alert_event(a: Mapping[str, Any]) -> AlertEvent:
+    """A recorded alert transition as the engine's ``AlertEvent`` (the diagnosis reads
+    its name, labels, state and times; annotations and value are not recorded)."""
+    state = str(a["state"])
+    if state not in ("pending", "firing", "resolved"):
+        raise ValueError(f"alert state {state!r}")
+    return AlertEvent(
+        alertname=str(a["alertname"]),
+        labels={str(k): str(v) for k, v in dict(a.get("labels") or {}).items()},
+        annotations={},
+        state=cast(AlertState, state),
+        active_at=float(a["active_at"]),
+        fired_at=_opt_float(a.get("fired_at")),
+        resolved_at=_opt_float(a.get("resolved_at")),
+        value=math.nan,
+    )
+
+
 def _at(alert: Mapping[str, Any]) -> float:
     """The time of the recorded transition (``AlertEvent.at``)."""
-    return RecordedAlert(
-        alert["alertname"],
-        alert["labels"],
-        alert["state"],
-        alert["active_at"],
-        alert["fired_at"],
-        alert["resolved_at"],
-    ).at
+    return _alert_event(alert).at
 
 
 def _opt_float(value: Any) -> float | None:
