@@ -87,6 +87,39 @@ def test_cold_start_drops_and_reloads_the_models(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
+def test_a_planned_reload_swaps_warm_models_while_requests_are_served(tmp_path: Path) -> None:
+    """The soak's reload: new models loaded and warmed beside the old, then swapped; the
+    service stays ready throughout and nobody waits for a load (unlike cold_start)."""
+    from aivitals.demo._app import RELOAD_PATH
+
+    async def body() -> None:
+        models = DemoModels.load(DemoConfig())
+        app = app_with_chaos(models, tmp_path)
+        async with client_for(app) as c:
+            assert (await wait_status(c, "/readyz", 200, 20)).status_code == 200
+            refused = await c.post(RELOAD_PATH)  # no token: refused, nothing reloaded
+            assert refused.status_code == 403 and app.service.models() is models
+            task = asyncio.create_task(c.post(RELOAD_PATH, headers=HDR))
+            during = []
+            while not task.done():
+                during.append(await c.get("/readyz"))
+                await asyncio.sleep(0.05)
+            r = await task
+            after = app.service.models()
+            load_s = app.service.registry.get_sample_value(
+                "model_load_time_seconds",
+                {"model": "all-MiniLM-L6-v2", "model_version": "v0.1.0"},
+            )
+            served = await c.post("/v1/embeddings", json={"input": "after a reload"})
+        assert r.status_code == 200 and r.json()["reloaded_s"] > 0
+        assert after is not models and app.service.models_loaded
+        assert during and all(x.status_code == 200 for x in during), [x.text for x in during]
+        assert load_s is not None and load_s > 0
+        assert served.status_code == 200
+
+    asyncio.run(body())
+
+
 def test_process_memory_leak_grows_rss_and_is_freed(
     demo_models: DemoModels, tmp_path: Path
 ) -> None:

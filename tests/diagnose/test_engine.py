@@ -278,3 +278,81 @@ def test_the_rate_window_is_a_minute_or_a_quarter_of_a_short_window(
     from aivitals.diagnose._engine import _rate_window
 
     assert _rate_window(window, step) == rate
+
+
+# --- what a fault-free soak named (issue #14): each is a case the old rule got wrong ----------
+def _healthy_with(change: Any, seed: int = 2) -> tuple[Any, Any]:
+    """Fault-free traffic over ``DURATION`` s with ``change(state, n)`` applied."""
+    sc = corpus.scenario(None, seed=seed, duration=DURATION, after=0.0)
+    change(sc.state, sc.state.n)
+    return sc, diagnose(corpus.to_store(sc), end=sc.end)
+
+
+def _high(d: Any) -> set[str]:
+    return {f.signature for f in d.findings if f.confidence >= HIGH_CONFIDENCE}
+
+
+def test_a_traffic_rise_the_service_absorbs_is_not_a_surge() -> None:
+    def rise(s: Any, n: int) -> None:  # +65 % over the last 3 minutes, nothing else moves
+        s.rps = s.rps * np.where(np.arange(n) >= n - 180, 1.65, 1.0)
+
+    _, d = _healthy_with(rise)
+    assert "traffic_surge" not in _high(d), [(f.signature, f.confidence) for f in d.findings]
+
+    # doubled, with a longer queue and latency: a surge
+    def surge(s: Any, n: int) -> None:
+        late = np.arange(n) >= n - 180
+        s.rps = s.rps * np.where(late, 2.5, 1.0)
+        s.queue = s.queue + np.where(late, 20.0, 0.0)
+        s.lat_median = s.lat_median * np.where(late, 2.0, 1.0)
+
+    _, d = _healthy_with(surge)
+    assert d.findings[0].signature == "traffic_surge"
+
+
+def test_one_observation_without_any_effect_it_should_have_is_a_lead_not_a_finding() -> None:
+    from aivitals.diagnose._engine import LEAD_CONFIDENCE, _confidence
+    from aivitals.diagnose._model import EvidenceResult
+
+    def ev(role: str, held: bool) -> EvidenceResult:
+        return EvidenceResult(role, "", "", held=held, seen=True, since=0.0, new=True)
+
+    alone = _confidence([ev("required", True), ev("supporting", False), ev("supporting", False)])
+    assert alone == LEAD_CONFIDENCE < HIGH_CONFIDENCE
+    felt = [ev("required", True), ev("supporting", True), ev("supporting", False)]
+    with_effect = _confidence(felt)
+    assert with_effect >= HIGH_CONFIDENCE
+    # two required observations that agree are specific enough on their own
+    both = _confidence([ev("required", True), ev("required", True), ev("supporting", False)])
+    assert both >= HIGH_CONFIDENCE
+
+
+def test_a_model_load_minutes_before_a_latency_rise_is_not_its_cold_start() -> None:
+    def late_slowdown(s: Any, n: int) -> None:
+        t = np.arange(n)
+        s.load_time = np.where(t >= n - 480, 8.2, s.load_time)  # reloaded 8 minutes back
+        s.lat_median = s.lat_median * np.where(t >= n - 120, 3.0, 1.0)
+
+    _, d = _healthy_with(late_slowdown)
+    assert "cold_start" not in _high(d), [(f.signature, f.confidence) for f in d.findings]
+
+    def reload_then_slow(s: Any, n: int) -> None:  # the same reload, the spike right after it
+        t = np.arange(n)
+        s.load_time = np.where(t >= n - 60, 8.2, s.load_time)
+        s.lat_median = s.lat_median * np.where(t >= n - 60, 3.0, 1.0)
+
+    _, d = _healthy_with(reload_then_slow)
+    assert "cold_start" in _high(d)
+
+
+def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
+    def busier(s: Any, n: int) -> None:  # twice the requests, twice the CPU, a slower P99
+        late = np.arange(n) >= n - 180
+        s.rps = s.rps * np.where(late, 1.9, 1.0)
+        s.proc_cpu = s.proc_cpu * np.where(late, 1.9, 1.0)
+        s.lat_median = s.lat_median * np.where(late, 1.5, 1.0)
+        s.gpu_util = np.minimum(s.gpu_util, 0.2)
+
+    _, d = _healthy_with(busier)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert "cpu_bound_preprocessing" not in _high(d), named

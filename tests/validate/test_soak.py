@@ -404,7 +404,8 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     require_binary("redis-server")
     dirs = Dirs(tmp_path / "acct")
     report = tmp_path / "soak.json"
-    argv = cli("validate", "--quick", "--soak", "5m", "--report", str(report))
+    rec = tmp_path / "recordings"
+    argv = cli("validate", "--quick", "--soak", "5m", "--report", str(report), "--record", str(rec))
     before = Machine.now()
     outcome = run_as_user(dirs, [{"argv": argv, "timeout": 780}], timeout=840)
     assert report.exists(), outcome.output[-4000:]
@@ -422,6 +423,14 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     assert data["requests"]["errors"] == 0, summary
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: the verdict, below
     assert (outcome.codes[0] == 0) == (data["passed"] is True), summary
+    # --record: the whole soak as a healthy recording the accuracy benchmark can score
+    from aivitals.validate import load_recordings
+
+    (recorded,) = load_recordings(rec)
+    assert recorded.kind == "soak" and recorded.label["expected"] == [], recorded.label
+    assert not recorded.problems, recorded.problems
+    assert len(recorded.label["polls"]) == data["polls"]
+    assert recorded.start <= data["soak_started_at"] and recorded.end >= data["ended_at"] - 1
     if not data["passed"]:
         unhealthy = [p for p in data["poll_results"] if not p["healthy"]]
         with capsys.disabled():  # said on the terminal (warnings are errors in this suite)

@@ -32,6 +32,8 @@ from ._service import DemoService, QueueFullError, WorkHandle
 __all__ = ["CHAOS_PATH", "DemoApp", "create_app"]
 
 CHAOS_PATH = "/_aivitals/chaos"
+#: POST: a planned model reload, warm (``DemoService.reload_models``); same token as chaos
+RELOAD_PATH = "/_aivitals/reload"
 log = logging.getLogger("aivitals.demo")
 
 
@@ -117,7 +119,7 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
             max_tokens=cfg.max_input_tokens,
             text_fields=("input", "prompt"),
         ),
-        guard_routes={CHAOS_PATH: None, "/docs": None, "/openapi.json": None},
+        guard_routes={CHAOS_PATH: None, RELOAD_PATH: None, "/docs": None, "/openapi.json": None},
         admission=AdmissionConfig(
             # the adaptive limit never falls below what the lanes can run and queue:
             # every worker busy and as many waiting. Under it the limiter would starve
@@ -143,7 +145,7 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
         ),
         registry=service.registry,
     )
-    routes = ["/v1/embeddings", "/v1/completions", CHAOS_PATH]
+    routes = ["/v1/embeddings", "/v1/completions", CHAOS_PATH, RELOAD_PATH]
     # health probes stay out of the HTTP metrics: a 503 from /readyz is not a served error
     probes = frozenset({"/healthz", "/readyz", "/health/queue"})
     outer = instrument_app(
@@ -429,3 +431,11 @@ def _add_chaos_routes(app: FastAPI, service: DemoService, token: str) -> None:
             return JSONResponse({"error": str(exc)}, status_code=400)
         msg = f"action={body.action!r}: expected start or stop"
         return JSONResponse({"error": msg}, status_code=400)
+
+    @app.post(RELOAD_PATH, include_in_schema=False)
+    async def reload(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "bad or missing X-Aivitals-Token"}, status_code=403)
+        seconds = await asyncio.to_thread(service.reload_models)
+        log.warning("models reloaded (warm swap)", extra={"duration_ms": round(seconds * 1000)})
+        return JSONResponse({"reloaded_s": seconds})

@@ -59,6 +59,7 @@ class DemoService:
         self.config = config
         self._models = models
         self._models_lock = threading.Lock()
+        self._reload_lock = threading.Lock()
         #: where every metric of this service goes (prometheus_client's default unless set)
         self.registry: CollectorRegistry = config.registry or REGISTRY
         self.cache: ResponseCache = make_cache(
@@ -153,6 +154,23 @@ class DemoService:
                 self._models.warm_up()
                 self.ready = True
             return self._models
+
+    def reload_models(self) -> float:
+        """A planned reload done as serving stacks do it: load and warm new models beside
+        the old ones, then swap. Requests go on being served by the old models meanwhile,
+        so nobody pays the load (unlike ``cold_start``, the fault). Returns seconds."""
+        t0 = time.perf_counter()
+        with self._reload_lock:  # one reload at a time; requests never wait on this lock
+            log.info("reloading models (warm swap)")
+            with model_load(
+                model=EMBED_MODEL_NAME, version=self.config.model_version, registry=self.registry
+            ):
+                fresh = DemoModels.load(self.config)
+            fresh.warm_up()
+            with self._models_lock:
+                self._models = fresh
+                self.ready = True
+        return time.perf_counter() - t0
 
     @property
     def models_loaded(self) -> bool:

@@ -56,6 +56,10 @@ __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
 HIGH_CONFIDENCE = 0.6
 #: Findings under this confidence are not reported.
 REPORT_FLOOR = 0.25
+#: The most a signature with one required observation and none of its supporting
+#: evidence can reach: above the 0.5 that calls in the generic fallback, under
+#: HIGH_CONFIDENCE.
+LEAD_CONFIDENCE = 0.55
 
 DETECTOR = DetectorConfig(rel_floor=0.01, warmup=20)
 #: After this many backend failures in a row (down, timing out) the rest is not asked.
@@ -985,6 +989,11 @@ def _confidence(results: Sequence[EvidenceResult]) -> float:
     support = sum(r.held for r in sup) / len(sup) if sup else 0.5
     specificity = min(1.0, (len(seen_req) - 1) / 2.0)
     conf = 0.55 + 0.25 * support + 0.1 * specificity + 0.1
+    if len(seen_req) == 1 and sup and not any(r.held for r in sup):
+        # one observation with none of the effects the signature expects beside it (a
+        # burst of traffic the service absorbed, a reload nobody felt) is a lead, not a
+        # diagnosis: it stays under HIGH_CONFIDENCE (the fault-free soak named these)
+        conf = min(conf, LEAD_CONFIDENCE)
     if not any(r.new for r in results if r.held and r.role != "contradicting"):
         conf *= 0.5  # a standing condition: nothing changed in the window
     conf *= 0.8 ** (len(req) - len(seen_req))
@@ -1258,8 +1267,13 @@ def _node_status(ctx: _Ctx, findings: Sequence[Finding]) -> dict[str, str]:
             if node not in reporting:
                 status[node].append("no recent data")
     for f in findings:
-        # a node is called unhealthy on a finding worth acting on, not on a faint match
+        # a node is called unhealthy on a finding worth acting on, not on a faint match;
+        # a faint match on a node far from its peers still says the node is the odd one
         if f.confidence < 0.5:
+            if any(e.role == "peer" and e.held for e in f.evidence):
+                for node in f.nodes:
+                    if node in status:
+                        status[node].append("stands out from its peers")
             continue
         for node in f.nodes:
             if node in status:

@@ -5,9 +5,9 @@ The demo's replay of the Azure trace (its own bursts, ``aivitals.demo.SoakLoad``
 a slow ramp of the whole traffic's rate (x0.5 to x1.5 over the run, the same share
 every minute), cache churn (the popular
 prompts drift, so cached keys stop being asked and expire while new ones are cached;
-nothing is flushed) and one planned model reload half-way (the service drops its models
-and the next request loads them again: the in-process ``cold_start`` endpoint, so the
-``ModelReloaded`` P2 it raises is expected). Every alert that fires is counted by rule
+nothing is flushed) and one planned model reload half-way (new models loaded and warmed
+beside the old ones, then swapped, as a deployment does it; the ``ModelReloaded`` P2 it
+raises is expected). Every alert that fires is counted by rule
 and severity (the pack's ``severity`` label); the diagnosis is asked at a fixed cadence
 over a recent window and must find nothing at or above ``HIGH_CONFIDENCE``. It passes
 with no P0/P1 alert, every poll healthy, and the load and the stack alive to the end.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -452,12 +453,65 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 report.clients = [asdict(c) for c in load.clients()]
             if report.soak_started_at is not None and stack.engine is not None:
                 report.alerts = _firings(stack, report.soak_started_at, report.reload)
+                if config.record is not None:
+                    _record(stack, config, report, plan, echo)
             try:
                 stack.stop()
             except AivitalsError as exc:
                 report.problems.append(f"cleanup: {exc}")
                 echo(f"[fail] cleanup: {exc}")
         return report
+
+
+def _record(
+    stack: Any, config: ValidateConfig, report: SoakReport, plan: SoakPlan, echo: Echo
+) -> None:
+    """Save the soak (warm-up included) as a ``soak`` recording: nothing injected, healthy.
+
+    The label's ``polls`` holds each poll's ``[end, window]`` (epoch s), so a change to
+    the diagnosis can be judged offline at the moments the soak asked it.
+    """
+    from ._record import save_recording
+
+    assert report.soak_started_at is not None and config.record is not None
+    start = report.soak_started_at - plan.warm_up
+    end = report.ended_at or time.time()
+    label = {
+        "name": f"soak-{plan.duration:g}s{'-quick' if config.quick else ''}",
+        "kind": "soak",
+        "faults": [],
+        "expected": [],
+        "layer": None,
+        "severity": None,
+        "params": {"swing": list(plan.swing), "reload_at_s": plan.reload_at},
+        "t_baseline": start,
+        "t_fault": None,
+        "t_revert": None,
+        "quick": config.quick,
+        "tick": stack.config.tick,
+        "passed": report.passed,
+        "polls": [[report.soak_started_at + p.at, p.window] for p in report.poll_results],
+        "reload_at": (
+            None
+            if report.reload.get("at_s") is None
+            else report.soak_started_at + float(report.reload["at_s"])
+        ),
+    }
+    try:
+        path = save_recording(
+            stack.agent.store,
+            config.record,
+            label,
+            start=start,
+            end=end,
+            events=stack.agent.events(start=start, end=end),
+            alerts=stack.engine.history(start=start, end=end),
+        )
+    except Exception as exc:  # a failed recording is reported; the soak's verdict stands
+        report.problems.append(f"recording failed: {exc}")
+        echo(f"[fail] recording failed: {exc}")
+        return
+    echo(f"recorded to {path}")
 
 
 def _workload(load: Any, plan: SoakPlan) -> dict[str, Any]:
@@ -549,84 +603,77 @@ def _achieved(
 
 
 class _Reload:
-    """The planned reload, half-way: drop the models through the service's in-process
-    ``cold_start`` endpoint (through ``aivitals.chaos``, which reverts it whatever
-    happens), then time how long until the service is ready again (the load goes on, so
-    the next request loads them)."""
+    """The planned reload, half-way, done as a deployment does it: the service loads and
+    warms new models beside the old ones and swaps them in (``POST`` to the demo's
+    ``RELOAD_PATH``; requests go on being served meanwhile). Run in a thread, so the
+    soak's load checks and polls go on; ``ready_after_s`` is how long the swap took.
+
+    Not the ``cold_start`` fault (drop the models, the next request pays the load): that
+    is a fault validate injects and the diagnosis must name, not a routine operation.
+    """
 
     def __init__(self, at: float) -> None:
         self.at = at
-        self.runner: Any = None
-        self.active: Any = None
-        self.t0 = 0.0
+        self.thread: threading.Thread | None = None
+        self.result: dict[str, Any] = {}
         self.done = False
         self.before: dict[str, float] = {}
 
     def step(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
         if self.done or now < self.at:
             return
-        if self.runner is None:
-            self._start(stack, now, report, echo)
+        if self.thread is None:
+            echo(f"[{now:4.0f} s] planned model reload: new models loaded and warmed, then swapped")
+            report.reload = {"at_s": now}
+            self.before = _load_times(stack)
+            self.thread = threading.Thread(
+                target=self._post, args=(stack,), name="aivitals-soak-reload", daemon=True
+            )
+            self.thread.start()
             return
-        if _ready(stack):
-            took = time.time() - self.t0
-            report.reload["ready_after_s"] = took
-            echo(f"[{now:4.0f} s] the service is ready again {took:.1f} s after the reload")
-            self.finish(stack, report, echo)
-        elif time.time() - self.t0 > 120.0:
-            report.problems.append("the service was not ready 120 s after the planned reload")
-            echo(f"[fail] {report.problems[-1]}")
-            self.finish(stack, report, echo)
-
-    def _start(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
-        from ..chaos import ChaosRunner
-
-        echo(f"[{now:4.0f} s] planned model reload: the service drops its models")
-        report.reload = {"at_s": now}
-        self.before = _load_times(stack)
-        try:
-            # signals stay ours: Ctrl-C unwinds through the soak's finally, which closes it
-            self.runner = ChaosRunner(
-                stack.fault_context(), max_duration=300.0, handle_signals=False
-            ).open()
-            self.t0 = time.time()
-            self.active = self.runner.start("cold_start", duration=150.0)
-        except AivitalsError as exc:
-            report.reload["error"] = f"{type(exc).__name__}: {exc}"
-            report.problems.append(f"planned reload: {report.reload['error']}")
-            echo(f"[fail] {report.problems[-1]}")
-            self.finish(stack, report, echo)
-
-    def finish(self, stack: Any, report: SoakReport, echo: Echo) -> None:
-        if self.done:
+        if self.thread.is_alive():
             return
         self.done = True
-        if self.runner is None:
-            return
+        if "error" in self.result:
+            report.reload["error"] = self.result["error"]
+            report.problems.append(f"planned reload: {self.result['error']}")
+            echo(f"[fail] {report.problems[-1]}")
+        else:
+            took = float(self.result["took"])
+            report.reload["ready_after_s"] = took
+            echo(f"[{now:4.0f} s] the new models serve {took:.1f} s after the reload began")
+
+    def _post(self, stack: Any) -> None:
+        import httpx
+
+        from ..demo._app import RELOAD_PATH
+
+        t0 = time.time()
         try:
-            errors = self.runner.stop_all()
-            if errors:
-                report.problems.append("planned reload revert: " + "; ".join(errors))
-        finally:
-            self.runner.close()
+            r = httpx.post(
+                stack.service.url + RELOAD_PATH,
+                headers={"X-Aivitals-Token": stack.chaos_token},
+                timeout=120.0,
+            )
+            r.raise_for_status()
+        except Exception as exc:  # said in the report; the soak goes on
+            self.result = {"error": f"{type(exc).__name__}: {exc}"}
+        else:
+            self.result = {"took": time.time() - t0}
+
+    def finish(self, stack: Any, report: SoakReport, echo: Echo) -> None:
+        if self.thread is not None and not self.done:
+            self.thread.join(timeout=120.0)
+            self.step(stack, self.at, report, echo)
 
     def measure(self, stack: Any, report: SoakReport) -> None:
         """The service's own timing of the reload: the load-time gauges that changed
         (read at the soak's end: the reload's value reaches the store with a scrape)."""
-        if self.runner is None:
+        if self.thread is None:
             return
         changed = {k: v for k, v in _load_times(stack).items() if self.before.get(k) != v}
         if changed:
             report.reload["model_load_s"] = changed
-
-
-def _ready(stack: Any) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(stack.service.url + "/readyz", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _load_times(stack: Any) -> dict[str, float]:
