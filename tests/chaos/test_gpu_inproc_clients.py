@@ -8,7 +8,9 @@ import pytest
 
 from aivitals.chaos import FaultContext
 from aivitals.collect.gpu import SimGPU
+from aivitals.collect.gpu._sim import SimGpuLostError
 from aivitals.errors import ConfigError, FaultError, FaultRefused
+from aivitals.signals import ErrorCode, classify_exception
 from tests.chaos.conftest import assert_clean, run_processes
 from tests.load._server import tiny_server
 
@@ -34,12 +36,44 @@ def test_gpu_xid_is_injected_for_the_service(
         assert _wait(lambda: len(sim.xid_events(0)) >= 3)
         ev = sim.xid_events(0)[0]
         assert ev["code"] == 79 and ev["pid"] == os.getpid()
+        # 79: the device fell off the bus; every allocation fails, naming the Xid
+        assert sim.lost(0)
+        with pytest.raises(SimGpuLostError, match="Xid 79") as err:
+            sim.allocate(os.getpid(), 1024)
+        assert classify_exception(err.value) == ErrorCode.XID
         runner.stop(active)
         n = len(sim.xid_events(0))
         time.sleep(0.5)
         assert len(sim.xid_events(0)) == n  # the repeats end with the fault
+        assert not sim.lost(0)  # the revert reset the device
+        sim.allocate(os.getpid(), 1024)
         run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+def test_an_xid_other_than_79_leaves_the_device_working(
+    runner_factory, chaos_root: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    sim = SimGPU(tmp_path / "sim", memory_total=16 * GIB)
+    ctx = FaultContext(sim_gpu_dir=tmp_path / "sim", service_pid=os.getpid())
+    with runner_factory(ctx) as runner:
+        runner.start("gpu_xid", duration=10, code=48)  # a double-bit ECC error
+        assert _wait(lambda: len(sim.xid_events(0)) >= 1)
+        assert not sim.lost(0)
+        sim.allocate(os.getpid(), 1024)
+        runner.stop_all()
+        run_id = runner.run.run_id
+    assert_clean(run_id, chaos_root)
+
+
+def test_a_crashed_run_s_cleanup_resets_a_lost_device(tmp_path: Path) -> None:
+    from aivitals.chaos._journal import revert_entry
+
+    sim = SimGPU(tmp_path / "sim", memory_total=16 * GIB)
+    sim.inject_xid(0, 79)
+    assert sim.lost(0)
+    revert_entry({"kind": "sim_lost", "state_dir": str(tmp_path / "sim"), "gpu": 0}, None)
+    assert not sim.lost(0)
 
 
 def test_gpu_cotenant_takes_memory_periodically(

@@ -96,6 +96,26 @@ async def test_body_size_counts_bytes_received_not_content_length() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_body_refused_unread_counts_what_its_content_length_declared() -> None:
+    # an input guard answers 413 from the Content-Length alone, never reading the body:
+    # the client sent 100 kB all the same (it was measured as a 0-byte request)
+    reg = CollectorRegistry()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 413, "headers": []})
+        await send({"type": "http.response.body", "body": b"too large"})
+
+    wrapped = AivitalsMiddleware(app, registry=reg, routes=["/up"])
+    async with await _client(wrapped) as client:
+        r = await client.post("/up", content=b"x" * 100_000)
+        bad = await client.post("/up", content=b"x" * 10, headers={"Content-Length": "ten"})
+    assert r.status_code == 413 and bad.status_code == 413
+    # 100,000 declared and refused unread; a malformed length counts as nothing unread
+    got = _value(reg, "http_request_body_size_bytes_sum", method="POST", route="/up")
+    assert got == 100_000
+
+
+@pytest.mark.anyio
 async def test_app_exception_is_counted_then_reraised_and_in_flight_returns_to_zero() -> None:
     reg = CollectorRegistry()
     app = fastapi_app(reg)

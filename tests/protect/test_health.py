@@ -322,3 +322,56 @@ async def test_a_check_that_ended_while_the_loop_was_blocked_is_not_still_runnin
     await first
     assert details and not [d for d in details if "still going" in d], details
     assert health.readiness()[0]
+
+
+async def test_an_answer_in_time_is_not_a_timeout_because_the_loop_heard_it_late() -> None:
+    # the ping's thread answers in a millisecond; the loop, blocked by a handler's
+    # synchronous sleep past the check's timeout, wakes to both the timeout and the answer.
+    # The thread's clock decides: the dependency answered in time, it is not down
+    def ping() -> bool:
+        return True
+
+    health = Health(
+        HealthConfig(dependencies={"redis": ping}, dependency_timeout=0.2),
+        registry=CollectorRegistry(),
+    )
+    for _ in range(5):  # whichever of the two callbacks the loop runs first
+        task = asyncio.create_task(health.run_checks())
+        await asyncio.sleep(0)  # run_checks starts its checks
+        await asyncio.sleep(0)  # the ping's thread is submitted (and answers at once)
+        time.sleep(0.5)  # blocked past the timeout
+        await task
+        result = health.results["dependency:redis"]
+        assert result.ok, result.detail
+
+    # a ping that really takes longer than the timeout is still down
+    def slow() -> bool:
+        time.sleep(0.4)
+        return True
+
+    health = Health(
+        HealthConfig(dependencies={"redis": slow}, dependency_timeout=0.2),
+        registry=CollectorRegistry(),
+    )
+    await health.run_checks()
+    assert not health.results["dependency:redis"].ok
+    assert "no answer within" in health.results["dependency:redis"].detail
+
+
+async def test_a_ping_never_waits_behind_the_application_s_threads() -> None:
+    # the loop's default executor is full of the application's blocking work
+    # (asyncio.to_thread): a ping queued behind it would time out before it ever ran
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    busy = [loop.run_in_executor(None, release.wait, 5.0) for _ in range(64)]
+    try:
+        health = Health(
+            HealthConfig(dependencies={"redis": lambda: True}, dependency_timeout=0.3),
+            registry=CollectorRegistry(),
+        )
+        await health.run_checks()
+        result = health.results["dependency:redis"]
+        assert result.ok, result.detail
+    finally:
+        release.set()
+        await asyncio.gather(*busy)

@@ -44,14 +44,19 @@ class GpuXid(Fault):
         Touch(
             "",
             "appends Xid events to the sim GPU's state dir (a runner thread repeats them "
-            "when interval > 0)",
-            "nothing to own: an Xid is an event; the thread ends with the fault",
+            "when interval > 0); Xid 79 also marks the device lost, so every allocation "
+            "fails until it is reset, as a GPU that fell off the bus does",
+            "resets the sim device (a lost one works again); the thread ends with the fault",
         ),
     )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
+        from ..collect.gpu._sim import XID_LOST
+
         sim = _sim(ctx)
         code = int(self.values["code"])
+        if code == XID_LOST:  # journaled first: a crashed run's cleanup still resets it
+            self.record("sim_lost", state_dir=str(ctx.sim_gpu_dir), gpu=ctx.gpu)
         sim.inject_xid(ctx.gpu, code, ctx.service_pid)
         interval = self.values["interval"]
         if interval > 0:
@@ -61,7 +66,7 @@ class GpuXid(Fault):
                     sim.inject_xid(ctx.gpu, code, ctx.service_pid)
 
             threading.Thread(target=repeat, name="aivitals-xid", daemon=True).start()
-        # An Xid is an event, not a state: there is nothing to revert.
+        # An Xid is an event; 79 leaves the device lost until a reset (the revert's)
         return FaultEffect(client_url=ctx.target, details={"xid": code, "gpu": ctx.gpu})
 
 

@@ -240,6 +240,12 @@ def _revert_sim_slowdown(e: Entry, run: RunDir | None) -> None:
     SimGPU(e["state_dir"]).set_clock_slowdown(int(e["gpu"]), 1.0)
 
 
+def _revert_sim_lost(e: Entry, run: RunDir | None) -> None:
+    from ..collect.gpu import SimGPU
+
+    SimGPU(e["state_dir"]).reset(int(e["gpu"]))
+
+
 def _revert_sim_alloc(e: Entry, run: RunDir | None) -> None:
     from ..collect.gpu import SimGPU
 
@@ -392,6 +398,7 @@ _REVERT: dict[str, Callable[[Entry, RunDir | None], Replacement | None]] = {
     "http_fault": _revert_http,
     "sim_slowdown": _revert_sim_slowdown,
     "sim_alloc": _revert_sim_alloc,
+    "sim_lost": _revert_sim_lost,
     "sigstop": _revert_sigstop,
     "restart": _revert_restart,
     "replacement": _revert_replacement,

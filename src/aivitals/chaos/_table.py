@@ -208,6 +208,7 @@ _SUSPECTS: dict[str, tuple[str, ...]] = {
 #: Faults the clients must feel: every request crosses what they slow or break.
 _HURTS_CLIENTS = frozenset(
     {
+        "gpu_xid",  # 79: the GPU is gone, every model call fails until it is reset
         "gpu_contention",  # every inference step slower
         "event_loop_blocked",  # every request waits for the loop
         "worker_pool_saturated",  # requests queue behind stuck workers
@@ -226,8 +227,10 @@ _HURTS_CLIENTS = frozenset(
 _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # over-long inputs are slow to process before they fail, and fill the device
     "gpu_oom": ("GPUMemoryHigh", "InferenceLatencyHigh", "HostCPUSaturated"),
-    # a GPU that fell off the bus does no work while requests arrive
-    "gpu_xid": ("GPUUtilizationLow",),
+    # a GPU that fell off the bus does no work while requests arrive, and every model
+    # call fails on it (the sim keeps an Xid 79 device lost until the revert resets it),
+    # the readiness probe's inference too
+    "gpu_xid": ("GPUUtilizationLow", "ServiceNotReady"),
     # a slowed device is busy longer for the same work
     # (and at 10x every worker waits on it: the pool fills and requests queue)
     "gpu_contention": ("GPUUtilizationHigh", "WorkerPoolSaturated", "QueueWaitHigh"),

@@ -360,15 +360,21 @@ class AivitalsMiddleware:
             duration = children.durations.get(status)
             if duration is None:
                 duration = self._duration_child(children, status)
+            body = ex.body_bytes
+            if not ex.body_done:
+                # answered without reading the whole body (a guard refusing it by its
+                # Content-Length): the client sent it all the same, and 100 kB inputs
+                # refused unread were measured as 0-byte requests
+                body = max(body, _declared_length(scope))
             if children.lean:
                 # a Finished entry; folded in a batch, or at the next scrape
-                PENDING.append((children.lean, duration, seconds, ex.body_bytes, ex.response_bytes))
+                PENDING.append((children.lean, duration, seconds, body, ex.response_bytes))
                 if len(PENDING) >= FOLD_AT:
                     fold_pending()
             else:
                 children.in_flight.dec()
                 duration.observe(seconds)
-                children.body.observe(ex.body_bytes)
+                children.body.observe(body)
                 children.response.observe(ex.response_bytes)
             if ex.first_byte:
                 children.ttfb.observe(ex.first_byte - start)
@@ -508,3 +514,14 @@ def instrument(
 
 
 _MARK = "_aivitals_instrumented"
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's ``Content-Length`` (0 when absent or not a number)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return max(0, int(value))
+            except ValueError:
+                return 0
+    return 0

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import inspect
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -143,22 +144,51 @@ async def _call(fn: Check, timeout: float, done: Callable[[], object]) -> Any:
 
     # The thread says when the work ended, not the loop: a loop blocked by other work (a
     # synchronous call in a handler) hears it late, and a round started meanwhile read the
-    # check as "previous run still going", reporting a healthy dependency down (the likely
-    # cause of DependencyDown in validate's event_loop_blocked, with Redis up).
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            done()
+    # check as "previous run still going", reporting a healthy dependency down. The same
+    # for the timeout: the thread's clock decides whether the answer came in time.
+    # A thread of its own, not the loop's shared executor: queued behind the
+    # application's work (asyncio.to_thread calls) the ping would time out before it
+    # ever ran, and DependencyDown would page for the service's own load. One thread per
+    # check at most: a hung one is "previous run still going", never started again.
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    outcome: list[tuple[float, bool, Any]] = []  # (seconds it took, raised, value)
 
-    future = asyncio.get_running_loop().run_in_executor(None, run)
+    def settle(raised: bool, value: Any) -> None:
+        if future.done():
+            return
+        if raised:
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    def run() -> None:
+        began = time.monotonic()
+        try:
+            value = fn()
+        except BaseException as exc:  # handed to the loop, which re-raises it
+            item = (time.monotonic() - began, True, exc)
+        else:
+            item = (time.monotonic() - began, False, value)
+        outcome.append(item)
+        done()
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, item[1], item[2])
 
     def finished(f: asyncio.Future[Any]) -> None:
         if not f.cancelled():
             f.exception()  # retrieved: a late failure is not "never retrieved"
 
     future.add_done_callback(finished)
-    result = await asyncio.wait_for(asyncio.shield(future), timeout)
+    threading.Thread(target=run, name="aivitals-health-check", daemon=True).start()
+    try:
+        result = await asyncio.wait_for(asyncio.shield(future), timeout)
+    except TimeoutError:
+        if not outcome or outcome[0][0] > timeout:
+            raise  # no answer in time by the thread's own clock: a real timeout
+        _, raised, result = outcome[0]
+        if raised:
+            raise result from None
     if inspect.isawaitable(result):
         return await asyncio.wait_for(_await(result), timeout)
     return result

@@ -31,7 +31,14 @@ from typing import Any, cast
 from ...errors import ConfigError
 from .._xid import xid_meaning
 
-__all__ = ["SimDevice", "SimGPU", "SimOutOfMemoryError", "default_sim_dir"]
+__all__ = [
+    "XID_LOST",
+    "SimDevice",
+    "SimGPU",
+    "SimGpuLostError",
+    "SimOutOfMemoryError",
+    "default_sim_dir",
+]
 
 _VERSION = 1
 _BUCKET = 0.1  # seconds of busy-time resolution
@@ -39,6 +46,15 @@ _HORIZON = 60.0  # busy history kept; also the longest utilization window
 _XID_KEEP = 100
 _GIB = float(2**30)
 _DECODER = json.JSONDecoder()
+
+
+class SimGpuLostError(RuntimeError):
+    """The simulated device fell off the bus (Xid 79) and was not reset yet; the message
+    names the Xid, so ``signals.classify_exception`` maps it to ``XID``."""
+
+
+#: The Xid after which a device is gone until reset (79: GPU has fallen off the bus).
+XID_LOST = 79
 
 
 class SimOutOfMemoryError(RuntimeError):
@@ -98,6 +114,8 @@ def _new_device(index: int, memory_total: int) -> dict[str, Any]:
         "xid_counts": {},
         "last_xid": None,
         "xids": [],
+        # Xid 79: the device fell off the bus; every allocation and kernel fails until reset
+        "lost": False,
     }
 
 
@@ -215,13 +233,20 @@ class SimGPU:
             allocs: dict[str, int] = dev["allocations"]
             used = sum(allocs.values())
             total = int(dev["memory_total"])
-            if dev["oom_pending"] > 0 or used + nbytes > total:
+            if dev.get("lost"):
+                refused = "lost"
+            elif dev["oom_pending"] > 0 or used + nbytes > total:
                 dev["oom_pending"] = max(0, dev["oom_pending"] - 1)
                 refused = _oom_message(gpu, nbytes, total, used, allocs.get(str(pid), 0))
             else:
                 allocs[str(pid)] = allocs.get(str(pid), 0) + nbytes
                 if tag:
                     dev["tags"][str(pid)] = tag
+        if refused == "lost":
+            raise SimGpuLostError(
+                f"CUDA error: unspecified launch failure on GPU {gpu} "
+                f"(Xid {XID_LOST}: GPU has fallen off the bus; reset it)"
+            )
         if refused:  # raised after the state (the used-up injected OOM) is written
             raise SimOutOfMemoryError(refused)
 
@@ -280,10 +305,23 @@ class SimGPU:
             counts: dict[str, int] = dev["xid_counts"]
             counts[str(code)] = counts.get(str(code), 0) + 1
             dev["last_xid"] = code
+            if code == XID_LOST:
+                dev["lost"] = True
             dev["xids"].append(
                 {"seq": state["xid_seq"], "time": time.time(), "code": code, "pid": pid}
             )
             del dev["xids"][:-_XID_KEEP]
+
+    def reset(self, gpu: int = 0) -> None:
+        """Reset the device (``nvidia-smi -r``): a lost one (Xid 79) works again."""
+        with self._modify() as state:
+            self._device(state, gpu)["lost"] = False
+
+    def lost(self, gpu: int = 0) -> bool:
+        """Whether the device fell off the bus (Xid 79) and was not reset since."""
+        with self._locked(exclusive=False):
+            state = self._read()
+        return state is not None and bool(self._device(state, gpu).get("lost"))
 
     def inject_oom(self, gpu: int = 0, count: int = 1) -> None:
         """Make the next ``count`` allocations on ``gpu`` fail with an OOM."""
