@@ -187,6 +187,7 @@ def score_recording(rec: Recording) -> dict[str, Any]:
         # what validate's diagnosis at ``end`` had: the alerts and events up to then
         alerts=[a for a in rec.alerts if a.at <= end],
         events=[e for e in rec.events if e.time <= end],
+        rate=rec.diagnosis_rate,
     )
     found = [f.signature for f in d.findings]
     row["top"] = [f"{f.signature} {f.confidence:.2f}" for f in d.findings[:3]]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aivitals.diagnose import HIGH_CONFIDENCE, Event, Shape, diagnose
-from aivitals.errors import BackendError, BackendTimeout
+from aivitals.errors import BackendError, BackendTimeout, ConfigError
 from aivitals.tsdb import QueryResult, Store
 from tests.diagnose import _corpus as corpus
 
@@ -356,3 +356,54 @@ def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
     _, d = _healthy_with(busier)
     named = [(f.signature, f.confidence) for f in d.findings]
     assert "cpu_bound_preprocessing" not in _high(d), named
+
+
+def test_a_gpu_lost_after_an_xid_79_is_named_while_inference_still_fails() -> None:
+    # the Xid counter first appears (at its value) 150 s back; the GPU stays gone and every
+    # model call fails with XID since. A rate window later the Xid itself is old news,
+    # the failing inference is not
+    store, end = _steady_store({}, seconds=300)
+    for k in range(150):
+        t = end - 149 + k
+        store.append("gpu_xid_errors_total", {"gpu": "0", "xid": "79"}, 1.0, t)
+        store.append("errors_total", {"error_code": "XID"}, float(3 * k + 3), t)
+    d = diagnose(store, end=end, window=300)
+    assert "gpu_xid" in _high(d), [(f.signature, f.confidence) for f in d.findings]
+    # an Xid 200 s back, the device reset 20 s after it (no failure since): not named
+    store, end = _steady_store({}, seconds=300)
+    for k in range(200):
+        t = end - 199 + k
+        store.append("gpu_xid_errors_total", {"gpu": "0", "xid": "79"}, 1.0, t)
+        store.append("errors_total", {"error_code": "XID"}, float(min(3 * k + 3, 60)), t)
+    d = diagnose(store, end=end, window=300)
+    assert "gpu_xid" not in {f.signature for f in d.findings}
+
+
+@pytest.mark.parametrize("rate", [0.5, -1.0, float("nan"), True])
+def test_a_rate_window_under_two_steps_or_not_a_number_is_refused(rate: Any) -> None:
+    with pytest.raises(ConfigError, match="rate"):
+        diagnose(Store(), end=1e9, window=60, step=1.0, rate=rate)
+
+
+def test_the_rate_window_can_be_set_for_a_short_window() -> None:
+    # a compressed run's 15 s window reads rates over its rule pack's 8 s, not 4 s
+    from aivitals.diagnose import parse_signatures
+
+    (sig,) = parse_signatures(
+        """
+- id: scraped
+  layer: service
+  title: Scraped
+  summary: The target answers.
+  shapes: [unavailable]
+  required:
+    - expr: count(rate(up[${rate}]) >= 0) > 0
+      says: The target was scraped.
+  commands: [true]
+  stop_loss: [none]
+"""
+    )
+    store, end = _steady_store({}, seconds=120)
+    for rate, text in ((None, "[4s]"), (8.0, "[8s]")):
+        d = diagnose(store, end=end, window=15, step=1.0, rate=rate, signatures=[sig])
+        assert text in d.findings[0].evidence[0].expr

@@ -345,7 +345,7 @@ def test_the_report_writes_json_and_markdown(tmp_path: Path) -> None:
     md = r.to_markdown()
     assert "| CacheHitRatioDrop | P1 | 100 |" in md
     assert "| 30 | 0.41 | 0.38 |" in md
-    assert "ready again after 2.5 s (the service's own model load: minilm 1.80 s)" in md
+    assert "new models serving after 2.5 s (the service's own model load: minilm 1.80 s)" in md
     assert "x0.60 .. x1.20" in md
 
 

@@ -460,7 +460,9 @@ class Stack:
             **extra,
         )
 
-    def diagnose(self, *, window: float | None = None, end: float | None = None) -> Any:
+    def diagnose(
+        self, *, window: float | None = None, end: float | None = None, rate: float | None = None
+    ) -> Any:
         from ..diagnose import diagnose
 
         end = time.time() if end is None else end
@@ -473,6 +475,7 @@ class Stack:
             step=self.config.tick,
             alerts=self.engine.history(start=start) if self.engine is not None else (),
             events=self.agent.events(start=start) if self.agent is not None else (),
+            rate=rate,
         )
 
     def query(self, expr: str) -> list[Any]:

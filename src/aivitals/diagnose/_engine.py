@@ -388,6 +388,7 @@ def diagnose(
     workers: int = 8,
     dialect: str = "promql",
     coarse_above: int = COARSE_ABOVE,
+    rate: float | None = None,
 ) -> Diagnosis:
     """Diagnose the window ``[end - window, end]`` of ``backend``.
 
@@ -405,6 +406,9 @@ def diagnose(
     (VictoriaMetrics) sends ``changes``/``increase``/``delta`` as their ``*_prometheus``
     forms, so both engines answer alike. Over more than ``coarse_above`` nodes each
     question is asked per node (its worst series) and the top findings zoom in.
+    ``rate`` (seconds) sets the signatures' ``${rate}`` window; by default a minute, or a
+    quarter of a short window (a compressed run passes its rule pack's rate window, so a
+    short window that starts at its own baseline still reads rates over enough requests).
 
     **Usage**::
 
@@ -420,10 +424,16 @@ def diagnose(
     _check_args(end, window, step)
     start = end - window
     times = np.arange(start, end + step / 2, step)
-    rate = _rate_window(window, step)
+    if rate is None:
+        rate_text = _rate_window(window, step)
+    elif not (isinstance(rate, int | float) and math.isfinite(rate) and 2 * step <= rate):
+        least = f"{2 * step:g} s"
+        raise ConfigError(f"diagnose rate must be at least two steps ({least}), got {rate!r}")
+    else:
+        rate_text = f"{int(rate)}s"
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise ConfigError(f"diagnose budget must be > 0 seconds, got {budget!r}")
-    ctx = _Ctx(backend, start, end, step, times, rate)
+    ctx = _Ctx(backend, start, end, step, times, rate_text)
     ctx.deadline = None if budget is None else time.monotonic() + budget
     ctx.workers = max(1, int(workers))
     if dialect not in DIALECTS:
@@ -437,7 +447,7 @@ def diagnose(
     all_events = sorted([*own, *_alert_events(alerts)], key=lambda e: e.time)
     all_events = [e for e in all_events if start <= e.time <= end]
     _check_presence(ctx, sigs, location)
-    rendered = [s.render((params or {}).get(s.id), rate) for s in sigs]
+    rendered = [s.render((params or {}).get(s.id), rate_text) for s in sigs]
     if ctx.location is not None:
         rendered = [_localized(s, ctx.location) for s in rendered]
     fine = {s.id: s for s in rendered}

@@ -88,6 +88,8 @@ class ValidateConfig:
         value = getattr(self, key)
         if value is not None:
             return float(value)
-        quick = {"baseline": 4.0, "fault_min": 5.0, "fault_max": 25.0, "recover_max": 20.0}
+        # a 10 s baseline: the diagnosis's window starts there (never in the previous
+        # case), and its detector learns "normal" from the first 5 of those seconds
+        quick = {"baseline": 10.0, "fault_min": 5.0, "fault_max": 25.0, "recover_max": 20.0}
         full = {"baseline": 60.0, "fault_min": 30.0, "fault_max": 120.0, "recover_max": 180.0}
         return (quick if self.quick else full)[key]

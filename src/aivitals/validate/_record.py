@@ -61,6 +61,7 @@ __all__ = [
     "KINDS",
     "MAX_GAP_TICKS",
     "MIN_DIAGNOSIS_WINDOW",
+    "QUICK_MIN_WINDOW",
     "RECORDING_FORMAT",
     "REQUIRED_FAMILIES",
     "SEVERITIES",
@@ -82,8 +83,13 @@ SEVERITIES = ("threshold", "moderate", "severe")
 #: Five, not one: on a loaded machine a scrape runs a tick or two late now and then.
 MAX_GAP_TICKS = 5
 #: validate diagnoses at least this many seconds (``_runner._safe_diagnose``), even
-#: when its baseline is shorter, so the detector has points to learn from.
+#: when its baseline is shorter, so the detector has points to learn from: full runs,
+#: and compressed ones recorded before their baseline grew to 10 s (their label has no
+#: ``diagnosis``; they were judged over at least 30 s, with the default rate window).
 MIN_DIAGNOSIS_WINDOW = 30.0
+#: A compressed run's least window since: its 10 s baseline and the first poll, 5 s
+#: into the fault; it never reaches back into the previous case.
+QUICK_MIN_WINDOW = 15.0
 #: How much more history than its rates the recorded diagnosis gets: the signatures'
 #: baselines and levels look back 5 minutes (``[5m]``, ``[5m:${rate}]`` subqueries,
 #: ``offset 1m``), and a window cut shorter invents evidence (a counter that existed
@@ -179,9 +185,16 @@ class Recording:
 
         ``end`` is the end of the fault phase (``t_revert``; the recording's end when
         there was none, e.g. a soak); ``window`` reaches back to the baseline's start,
-        and at least ``MIN_DIAGNOSIS_WINDOW``, as validate's polls do.
+        and at least the least window validate used (the label's ``diagnosis``;
+        ``MIN_DIAGNOSIS_WINDOW`` for recordings made before it was written).
         """
         return _diagnosis_window(self.label, self.end)
+
+    @property
+    def diagnosis_rate(self) -> float | None:
+        """The ``rate`` (seconds) validate's diagnosis used; None: the diagnosis's default."""
+        rate = _settings(self.label).get("rate_s")
+        return None if rate is None else float(rate)
 
     @property
     def suspects(self) -> tuple[str, ...]:
@@ -398,20 +411,30 @@ def check_recording(store: Store, label: Mapping[str, Any], start: float, end: f
 # ----------------------------------------------------------------- helpers
 
 
+def _settings(label: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The label's ``diagnosis`` settings (``min_window_s``, ``rate_s``), or {}."""
+    got = label.get("diagnosis")
+    return got if isinstance(got, Mapping) else {}
+
+
 def _diagnosis_window(label: Mapping[str, Any], end: float) -> tuple[float, float]:
     t_end = label.get("t_revert")
     d_end = float(t_end) if t_end is not None else float(end)
-    return d_end, max(MIN_DIAGNOSIS_WINDOW, d_end - float(label["t_baseline"]))
+    least = float(_settings(label).get("min_window_s", MIN_DIAGNOSIS_WINDOW))
+    return d_end, max(least, d_end - float(label["t_baseline"]))
 
 
 def _needed_from(label: Mapping[str, Any], end: float) -> float:
     """Where the recorded diagnosis starts reading: its window, less its first rate's.
 
-    The diagnosis's ``${rate}`` window follows aivitals.diagnose's rule: a minute, at
-    most a quarter of the window, at least 4 steps.
+    The diagnosis's ``${rate}`` window is the label's, else aivitals.diagnose's rule: a
+    minute, at most a quarter of the window, at least 4 steps.
     """
     d_end, window = _diagnosis_window(label, end)
-    return d_end - window - max(4 * float(label["tick"]), min(60.0, window / 4))
+    rate = _settings(label).get("rate_s")
+    if rate is None:
+        rate = max(4 * float(label["tick"]), min(60.0, window / 4))
+    return d_end - window - float(rate)
 
 
 def _check_label(label: Any, where: str) -> None:

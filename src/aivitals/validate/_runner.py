@@ -16,6 +16,7 @@ from ._cases import PAIRS, Case, case
 from ._config import ValidateConfig
 from ._load import LoadPhase, LoadPlan
 from ._lock import RunLock
+from ._record import MIN_DIAGNOSIS_WINDOW, QUICK_MIN_WINDOW
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
 
@@ -240,6 +241,8 @@ def _record(
         "tick": stack.config.tick,
         "passed": result.passed,
     }
+    least, rate = diagnosis_settings(config.quick)
+    label["diagnosis"] = {"min_window_s": least, "rate_s": rate}
     start, end = result.t_baseline, result.ended_at or time.time()
     try:
         # events and alert history too: the diagnosis reads them, a snapshot holds series
@@ -506,12 +509,29 @@ def _named(diagnosis: Any) -> str:
     return ", ".join(f"{f.signature} {f.confidence:.2f}" for f in findings)
 
 
+def diagnosis_settings(quick: bool) -> tuple[float, float | None]:
+    """``(least window, rate window)`` of validate's diagnosis, in seconds.
+
+    The window is this case's baseline and fault, never further back: a window that
+    reached past the baseline into the previous case (30 s behind a 4 s baseline) let
+    its tail seed the detector, which then missed this case's fault (event_loop_blocked
+    read as network_latency once the blocked loop's median was judged against
+    gpu_contention's). A compressed run reads rates over its rule pack's rate window
+    (``QUICK_RULES``: 8 s), not a quarter of its short window, so they span enough
+    requests; a full run leaves both to the diagnosis (a minute).
+    """
+    if not quick:
+        return MIN_DIAGNOSIS_WINDOW, None
+    from ..demo._stack import QUICK_RULES
+
+    rate = promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
+    return QUICK_MIN_WINDOW, float(rate)
+
+
 def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
-    # this scenario's baseline and fault; at least 30 s for the detector (a 4 s baseline
-    # then reaches back into the previous scenario's settle). No further back: the revert
-    # of the previous fault (a lossy link's probe) read as a baseline left a deviation unseen
+    least, rate = diagnosis_settings(bool(stack.config.quick))
     try:
-        return stack.diagnose(window=max(30.0, now - t_base), end=now)
+        return stack.diagnose(window=max(least, now - t_base), end=now, rate=rate)
     except Exception as exc:  # the report says the diagnosis failed; the run goes on
         return exc
 

@@ -602,8 +602,8 @@ class _Window:
 
     @property
     def before_s(self) -> float:
-        # validate's quick baseline is 4 s: the calm before it (the previous case's
-        # settle, under the same load) counts too; a full run's baseline is 60 s
+        # the last 8 s before the fault (validate's quick baseline is 10 s, a full
+        # run's 60 s): the calm under the same load the fault's reach is measured from
         return max(8.0, 4 * self.tick)
 
     def _eval(self, expr: str, start: float, end: float) -> list[tuple[Mapping[str, str], float]]:

@@ -370,7 +370,7 @@ class SoakReport:
         load = r.get("model_load_s") or {}
         loads = ", ".join(f"{m} {v:.2f} s" for m, v in sorted(load.items()))
         return (
-            f"at {r.get('at_s', 0):.0f} s; ready again after "
+            f"at {r.get('at_s', 0):.0f} s (warm swap); new models serving after "
             + ("never" if ready is None else f"{ready:.1f} s")
             + (f" (the service's own model load: {loads})" if loads else "")
         )
