@@ -57,9 +57,11 @@ def test_fleet_up_then_down_leaves_nothing_running(tmp_path: Path) -> None:
         assert status.returncode == 0, status.stderr
         assert all(json.loads(status.stdout)["running"].values())
         # a second fleet on the same state is refused, and the first keeps running
+        second = Fleet(FleetConfig(nodes=1, state=state))
         with pytest.raises(AlreadyRunning):
-            Fleet(FleetConfig(nodes=1, state=state)).up()
+            second.up()
         assert all(_running(p["pid"], p["started"]) for p in procs)
+        assert not second.workdir.exists()  # its temp dir is not left behind
     finally:
         down = _aivitals("fleet", "down", "--state", str(state), timeout=60)
     assert down.returncode == 0, down.stderr

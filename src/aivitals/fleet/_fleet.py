@@ -210,7 +210,12 @@ class Fleet:
     # --- life -------------------------------------------------------------------------
     def up(self) -> Fleet:
         """Start everything and wait until every part answers; on failure stop what started."""
-        self._refuse_second()
+        try:
+            self._refuse_second()
+        except BaseException:
+            if self._own_workdir:  # made for this fleet, which will not start: not left behind
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         atexit.register(self._atexit)
         self.started_at = time.time()
         try:
