@@ -41,7 +41,7 @@ def test_export_writes_the_pack_and_both_configs(tmp_path: Path) -> None:
         "http://127.0.0.1:6000/x",
     )
     assert result.exit_code == 0, result.output
-    assert "56 rules (38 alerts) in 5 groups" in result.output
+    assert "58 rules (38 alerts) in 5 groups" in result.output
     rules = (tmp_path / "aivitals-rules.yml").read_text()
     assert "queue_length > 50" in rules and "> 2 * 0.5" in rules and "> 0.8" in rules
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
@@ -70,7 +70,7 @@ def test_check_accepts_the_pack_and_names_the_bad_rule(
     good.write_text((tmp_path / "aivitals-rules.yml").read_text())
     result = _run("rules", "check", str(good))
     assert result.exit_code == 0, result.output
-    assert "5 groups, 56 rules OK" in result.output
+    assert "5 groups, 58 rules OK" in result.output
     bad = tmp_path / "bad.yml"
     bad.write_text("groups:\n- name: g\n  rules:\n  - alert: Broken\n    expr: rate(x[5m]\n")
     with pytest.raises(SystemExit) as exit_:
