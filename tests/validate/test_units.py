@@ -324,6 +324,26 @@ def test_the_diagnosis_must_hold_on_every_poll_after_it_first_names_the_fault() 
     assert never.ok is False and "never named gpu_oom" in never.text
 
 
+def test_after_a_one_time_event_a_quiet_diagnosis_agrees_and_another_fault_does_not() -> None:
+    from aivitals.validate._runner import _diagnosis_check, _Poll, _Watched
+
+    # cold_start is an event: the load is paid, the service warm again, nothing to name
+    event = _expect("cold_start")
+    assert event.event and not _expect("gpu_oom").event
+    named = [_Poll(5, True, "cold_start 0.9"), _Poll(8, True, "cold_start 0.8")]
+    over = _Watched(polls=[*named, _Poll(11, False, "anomaly_service 0.45", quiet=True)])
+    ok = _diagnosis_check(over, event)
+    assert ok.ok is True and ok.data["quiet_after_event"] == 1, ok.text
+    assert "after the one-time event had passed" in ok.text
+    # quiet, then another fault named: a flip, and the quiet poll before it does not count
+    other = _Watched(polls=[*over.polls, _Poll(14, False, "cpu_burn 0.8")])
+    flipped = _diagnosis_check(other, event)
+    assert flipped.ok is False and flipped.data["stable_share"] == 0.5, flipped.text
+    # an ongoing fault that goes quiet was lost, not over
+    lost = _Watched(polls=[_Poll(5, True, "gpu_oom 0.9"), _Poll(8, False, "nothing", quiet=True)])
+    assert _diagnosis_check(lost, _expect("gpu_oom")).ok is False
+
+
 def test_a_pair_needs_both_signatures_in_the_top_three() -> None:
     from aivitals.validate._runner import _matches
 

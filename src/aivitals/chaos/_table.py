@@ -15,6 +15,9 @@ show in what the clients measure (P99 or errors); faults that only build up
 inputs, idle connections) need not. ``consequences``: the other alerts the
 fault legitimately causes (a surge's 429s, an idle GPU behind a blocked event
 loop); any other P0/P1 alert that fires during the fault is a false alert.
+``event``: a one-time event whose effect passes by itself (a cold start: the next
+requests pay the load, then the service is warm); once it has passed, a diagnosis
+that names nothing is right, one that names another fault is not.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class FaultInfo:
     hurts_clients: bool = False
     consequences: tuple[str, ...] = ()
     suspects: tuple[str, ...] = ()
+    event: bool = False
 
 
 _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -268,6 +272,15 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     "network_loss": ("ProbeLatencyHigh", "ProbeFailing"),
 }
 
+#: One-time events: the fault happens once and its effect passes on its own.
+_EVENTS = frozenset(
+    {
+        # the models drop once; the next request pays the load (0.2-0.7 s for the demo's
+        # small models) and the service is warm again a few requests later
+        "cold_start",
+    }
+)
+
 #: name -> FaultInfo; the signature id is the fault name for every fault the knowledge
 #: base knows, None for the ones in ``_SUSPECTS``.
 FAULT_TABLE: dict[str, FaultInfo] = {
@@ -280,6 +293,7 @@ FAULT_TABLE: dict[str, FaultInfo] = {
         hurts_clients=name in _HURTS_CLIENTS,
         consequences=_CONSEQUENCES.get(name, ()),
         suspects=_SUSPECTS.get(name, ()),
+        event=name in _EVENTS,
     )
     for name, layer, alerts, desc in _ROWS
 }

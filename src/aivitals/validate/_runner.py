@@ -392,6 +392,9 @@ class _Expect:
     suspects: tuple[str, ...]
     hurts_clients: bool
     faults: tuple[str, ...]
+    #: a one-time event (the fault table's ``event``): once it has passed, polls that
+    #: name nothing at high confidence agree; one that names another fault does not
+    event: bool = False
 
     @classmethod
     def of(cls, infos: list[Any]) -> _Expect:
@@ -404,6 +407,7 @@ class _Expect:
             suspects=tuple(dict.fromkeys(m for i in infos for m in i.suspects)),
             hurts_clients=any(i.hurts_clients for i in infos),
             faults=tuple(i.name for i in infos),
+            event=all(i.event for i in infos),
         )
 
     @property
@@ -426,6 +430,8 @@ class _Poll:
     after_s: float
     matched: bool
     named: str
+    #: no finding at or above HIGH_CONFIDENCE (the diagnosis names nothing)
+    quiet: bool = False
 
 
 @dataclass(slots=True)
@@ -492,12 +498,18 @@ def _watch(
 def _poll(
     stack: Any, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
 ) -> None:
+    from ..diagnose import HIGH_CONFIDENCE
+
     w.diagnosis = _safe_diagnose(stack, t_base, now)
     if expect.unknown:
         matched, named = _generic_matches(stack, expect, t_base, t_fault, now)
     else:
         matched, named = _matches(w.diagnosis, expect), _named(w.diagnosis)
-    w.polls.append(_Poll(now - t_fault, matched, named))
+    findings = list(getattr(w.diagnosis, "findings", ()))
+    quiet = not isinstance(w.diagnosis, Exception) and not any(
+        f.confidence >= HIGH_CONFIDENCE for f in findings
+    )
+    w.polls.append(_Poll(now - t_fault, matched, named, quiet))
 
 
 def _named(diagnosis: Any) -> str:
@@ -716,8 +728,8 @@ def _also_fired(stack: Any, expect: _Expect, t_fault: float) -> Check | None:
 def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
     """The diagnosis named what the case expects, and kept naming it on every poll after."""
     first = w.first_match
-    polls = [{"after_s": round(p.after_s, 1), "matched": p.matched, "named": p.named}
-             for p in w.polls]  # fmt: skip
+    polls = [{"after_s": round(p.after_s, 1), "matched": p.matched, "named": p.named,
+              "quiet": p.quiet} for p in w.polls]  # fmt: skip
     data: dict[str, Any] = {"polls": polls, "expected": expect.describe()}
     if isinstance(w.diagnosis, Exception) and first is None:
         text = f"the diagnosis failed: {type(w.diagnosis).__name__}: {w.diagnosis}"
@@ -729,12 +741,24 @@ def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
         )
         return Check("diagnosis", False, text, data)
     after = w.polls[first:]
-    agreed = sum(p.matched for p in after)
+    # a one-time event over: a later poll that names nothing agrees, but only once the
+    # diagnosis has gone quiet (a named fault after that is a flip again)
+    over = [
+        expect.event
+        and not p.matched
+        and p.quiet
+        and all(q.quiet for q in after[i:] if not q.matched)
+        for i, p in enumerate(after)
+    ]
+    agreed = sum(p.matched or o for p, o in zip(after, over, strict=True))
     share = agreed / len(after)
     t_first = w.polls[first].after_s
     data.update(after_s=t_first, stable_share=share, polls_after=len(after), top=w.polls[-1].named)
+    quiet_after = sum(over)
+    if quiet_after:
+        data["quiet_after_event"] = quiet_after
     if share < 1.0:
-        flip = next(p for p in after if not p.matched)
+        flip = next(p for p, o in zip(after, over, strict=True) if not (p.matched or o))
         text = (
             f"the diagnosis named {expect.describe()} {t_first:.0f} s after the fault, then "
             f"{flip.named} at {flip.after_s:.0f} s ({agreed} of {len(after)} polls agreed)"
@@ -744,6 +768,11 @@ def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
         f"diagnosis: {expect.describe()} {t_first:.0f} s after the fault and on every poll "
         f"after ({len(after)} of {len(after)}); last: {w.polls[-1].named}"
     )
+    if quiet_after:
+        text += (
+            f" ({quiet_after} of them after the one-time event had passed, naming nothing "
+            "at high confidence)"
+        )
     return Check("diagnosis", True, text, data)
 
 
