@@ -407,3 +407,16 @@ def test_the_rate_window_can_be_set_for_a_short_window() -> None:
     for rate, text in ((None, "[4s]"), (8.0, "[8s]")):
         d = diagnose(store, end=end, window=15, step=1.0, rate=rate, signatures=[sig])
         assert text in d.findings[0].evidence[0].expr
+
+
+def test_a_client_whose_added_requests_fail_out_of_memory_is_gpu_oom_not_a_surge() -> None:
+    # the over-long client doubles the request rate, and its calls fail with CUDA_OOM
+    sc = corpus.scenario("gpu_oom", seed=1, duration=DURATION)
+    late = np.arange(sc.state.n) >= sc.state.n - 180
+    sc.state.rps = sc.state.rps * np.where(late, 2.5, 1.0)
+    sc.state.queue = sc.state.queue + np.where(late, 10.0, 0.0)
+    d = diagnose(corpus.to_store(sc), end=sc.end)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert d.findings[0].signature == "gpu_oom", named
+    surge = next((f for f in d.findings if f.signature == "traffic_surge"), None)
+    assert surge is None or any(e.role == "contradicting" and e.held for e in surge.evidence)
