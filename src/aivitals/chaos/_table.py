@@ -270,6 +270,10 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     ),
     # lost packets slow the blackbox probe too
     "network_loss": ("ProbeLatencyHigh", "ProbeFailing"),
+    # on the CPU-only demo the model shares the process (its GIL) and 2 cores with the
+    # server's work on 2,000 connections: inference slows (InferenceLatencyHigh paged in 4
+    # strict runs; the clients' P99 went 138 -> 652 ms in one)
+    "connection_flood": ("InferenceLatencyHigh",),
 }
 
 #: One-time events: the fault happens once and its effect passes on its own.
