@@ -7,8 +7,8 @@ validate's strict checks (docs/validate-report.md has the latest complete runs),
 retry. It enforces the clients' impact, logs, revert, resolve, an error-free run and
 nothing left behind; the expected alerts, the diagnosis and unlisted paging alerts it
 measures and reports (printed on the terminal with every failed check), not yet enforced:
-full strict runs on the shared development machine failed them in 7-8 of 25 cases
-(issue #14 open).
+full strict runs on the shared development machine failed them in 7-9 of 25 cases before
+the fixes of 2026-11-30 evening and in 2-3 of 25 after them (issue #14 open).
 The run is also accounted for: it leaves the machine's processes,
 network namespaces, nft tables and temp dirs as they were.
 """
@@ -70,8 +70,8 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
 
 
 #: Checks CI measures and reports but does not yet enforce (issue #14 stays open on them;
-#: docs/validate-report.md has their rates). In three full strict runs each failed at
-#: least once in some case: an expected alert held its condition but not for its whole
+#: docs/validate-report.md has their rates). In the strict runs each failed at least
+#: once in some case: an expected alert held its condition but not for its whole
 #: compressed ``for:``, the diagnosis named the fault and then something else, or never
 #: named it first (another finding ahead), and paging alerts no fault-table row lists.
 MEASURED = ("diagnosis", "other_alerts")
