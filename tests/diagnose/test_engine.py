@@ -420,3 +420,23 @@ def test_a_client_whose_added_requests_fail_out_of_memory_is_gpu_oom_not_a_surge
     assert d.findings[0].signature == "gpu_oom", named
     surge = next((f for f in d.findings if f.signature == "traffic_surge"), None)
     assert surge is None or any(e.role == "contradicting" and e.held for e in surge.evidence)
+
+
+def test_a_small_pool_full_at_some_scrapes_of_a_burst_is_not_saturated() -> None:
+    # two workers; in the last 3 minutes a bursty load fills both at one scrape in four
+    # (the soak's replayed trace did this every minute), half of them busy otherwise
+    store = Store()
+    t0 = 1_700_000_000.0
+    n = 600
+    rng = np.random.default_rng(3)
+    for k in range(n):
+        t = t0 + k
+        late = k >= n - 180
+        active = (2.0 if k % 4 == 0 else 1.0) if late else float(rng.random() < 0.05)
+        store.append("up", {"job": "demo"}, 1.0, t)
+        store.append("worker_pool_active_workers", {"pool": "model"}, active, t)
+        store.append("worker_pool_max_workers", {"pool": "model"}, 2.0, t)
+    d = diagnose(store, end=t0 + n - 1, window=600)
+    assert "worker_pool_saturated" not in _high(d), [
+        (f.signature, f.confidence) for f in d.findings
+    ]
