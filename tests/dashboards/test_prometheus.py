@@ -202,7 +202,9 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
                 from aivitals.collect.gpu import SimGPU
 
                 time.sleep(8)
-                SimGPU(stack.sim_gpu_dir).inject_xid(0, 79)  # simulated: backend="sim"
+                # simulated (backend="sim"); 48, a double-bit ECC error: a 79 would leave
+                # the sim device lost and every later model call failing
+                SimGPU(stack.sim_gpu_dir).inject_xid(0, 48)
                 time.sleep(22)
                 assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-2000:]
                 _check(prom.url, docs)
