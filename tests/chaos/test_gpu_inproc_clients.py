@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from aivitals.chaos import FaultContext
-from aivitals.collect.gpu import SimGPU
-from aivitals.collect.gpu._sim import SimGpuLostError
+from aivitals.collect.gpu import SimGPU, SimGpuLostError
 from aivitals.errors import ConfigError, FaultError, FaultRefused
 from aivitals.signals import ErrorCode, classify_exception
 from tests.chaos.conftest import assert_clean, run_processes

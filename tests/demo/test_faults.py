@@ -90,7 +90,7 @@ def test_cold_start_drops_and_reloads_the_models(tmp_path: Path) -> None:
 def test_a_planned_reload_swaps_warm_models_while_requests_are_served(tmp_path: Path) -> None:
     """The soak's reload: new models loaded and warmed beside the old, then swapped; the
     service stays ready throughout and nobody waits for a load (unlike cold_start)."""
-    from aivitals.demo._app import RELOAD_PATH
+    from aivitals.demo import RELOAD_PATH
 
     async def body() -> None:
         models = DemoModels.load(DemoConfig())

@@ -51,7 +51,7 @@ class GpuXid(Fault):
     )
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
-        from ..collect.gpu._sim import XID_LOST
+        from ..collect.gpu import XID_LOST
 
         sim = _sim(ctx)
         code = int(self.values["code"])

@@ -14,7 +14,7 @@ chaos endpoint for faults that must happen inside the process.
 
 from __future__ import annotations
 
-from ._app import CHAOS_PATH, create_app
+from ._app import CHAOS_PATH, RELOAD_PATH, create_app
 from ._config import LM_MODEL_NAME, DemoConfig
 from ._faults import FAULTS as IN_PROCESS_FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels
@@ -29,6 +29,7 @@ __all__ = [
     "IN_PROCESS_FAULTS",
     "LM_MODEL_NAME",
     "QUICK_RULES",
+    "RELOAD_PATH",
     "DemoConfig",
     "DemoModels",
     "DemoService",

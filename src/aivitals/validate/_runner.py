@@ -534,7 +534,7 @@ def diagnosis_settings(quick: bool) -> tuple[float, float | None]:
     """
     if not quick:
         return MIN_DIAGNOSIS_WINDOW, None
-    from ..demo._stack import QUICK_RULES
+    from ..demo import QUICK_RULES
 
     rate = promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
     return QUICK_MIN_WINDOW, float(rate)

@@ -646,7 +646,7 @@ class _Reload:
     def _post(self, stack: Any) -> None:
         import httpx
 
-        from ..demo._app import RELOAD_PATH
+        from ..demo import RELOAD_PATH
 
         t0 = time.time()
         try:

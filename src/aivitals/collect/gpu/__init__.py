@@ -12,18 +12,20 @@ from __future__ import annotations
 from ._common import GpuBackend, GpuCollector
 from ._nvml import CLOCK_EVENT_REASONS, NvmlBackend
 from ._select import gpu_collector
-from ._sim import SimDevice, SimGPU, SimOutOfMemoryError, default_sim_dir
+from ._sim import XID_LOST, SimDevice, SimGPU, SimGpuLostError, SimOutOfMemoryError, default_sim_dir
 from ._simbackend import SimBackend
 from ._smi import SmiBackend, parse_compute_apps, parse_query_gpu
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
+    "XID_LOST",
     "GpuBackend",
     "GpuCollector",
     "NvmlBackend",
     "SimBackend",
     "SimDevice",
     "SimGPU",
+    "SimGpuLostError",
     "SimOutOfMemoryError",
     "SmiBackend",
     "default_sim_dir",
