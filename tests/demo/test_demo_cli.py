@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -53,8 +54,12 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) in (0, 1, 130)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # hung: say so, and take its children down with it
+            stuck = psutil.Process(proc.pid).children(recursive=True)
             proc.kill()
+            for child in stuck:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
     _gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}"
     listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
