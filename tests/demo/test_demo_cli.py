@@ -214,3 +214,39 @@ def test_the_service_dying_stops_the_demo_with_the_reason(tmp_path: Path) -> Non
     while _survivors(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _survivors(mark) == []
+
+
+def test_stop_gives_the_load_streams_one_short_grace_then_stops_the_stack() -> None:
+    # a stream still planning its replay does not look at the stop event: Ctrl-C then
+    # waited 35 s a stream before the stack stopped (over a minute in CI, under load)
+    import threading
+
+    from aivitals.demo._session import STOP_GRACE, DemoSession
+
+    busy = threading.Event()
+
+    class Planning(threading.Thread):
+        def run(self) -> None:
+            busy.wait(30)  # deaf to the stop event, as _plan encoding a million prompts
+
+    class StubStack:
+        stopped_at: float | None = None
+
+        def stop(self) -> None:
+            self.stopped_at = time.monotonic()
+
+    session = DemoSession.__new__(DemoSession)
+    session.stop_event = threading.Event()
+    session.streams = [Planning(daemon=True), Planning(daemon=True)]
+    session.stack = StubStack()  # type: ignore[assignment]
+    for st in session.streams:
+        st.start()
+    t0 = time.monotonic()
+    try:
+        session.stop()
+        took = time.monotonic() - t0
+        assert session.stop_event.is_set()
+        assert session.stack.stopped_at is not None  # type: ignore[attr-defined]
+        assert STOP_GRACE <= took < STOP_GRACE + 2, took  # once, not once per stream
+    finally:
+        busy.set()

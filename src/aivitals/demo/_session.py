@@ -105,6 +105,10 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
+#: Seconds ``DemoSession.stop`` lets the load streams finish before the stack stops.
+STOP_GRACE = 5.0
+
+
 class DemoSession:
     """Start with ``start()`` (or ``with``); ``check()`` every second; ``stop()`` always."""
 
@@ -208,8 +212,13 @@ class DemoSession:
 
     def stop(self) -> None:
         self.stop_event.set()
+        # one short grace for all the streams, then the stack stops whatever they do: a
+        # stream still planning its replay (a pool of a million prompts encoded before the
+        # first send) does not look at the stop event, and 35 s a stream kept Ctrl-C waiting
+        # over a minute (its threads are daemons: they end with the process)
+        deadline = time.monotonic() + STOP_GRACE
         for st in self.streams:
-            st.join(timeout=35)
+            st.join(timeout=max(0.0, deadline - time.monotonic()))
         self.stack.stop()
 
     def __enter__(self) -> DemoSession:
