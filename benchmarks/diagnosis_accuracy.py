@@ -10,7 +10,9 @@ then. Scored by kind:
 
 - fault: top1 = the expected signature first (and its layer); top3 = in the first three;
 - pair: top3 = both signatures in the first three; top1 = that, and one of them first;
-- soak: healthy = no finding at or above HIGH_CONFIDENCE (top1 = top3 = healthy);
+- soak: healthy = no finding at or above HIGH_CONFIDENCE, at every poll the soak asked
+  (its label's ``polls``; the whole soak at once for a label without them);
+  top1 = top3 = healthy;
 - unknown (a fault no signature knows): ``rank_changes`` from the baseline to the
   fault phase, as validate asks it: top1 = its top layer is the expected one and a
   suspect metric is in its top three (validate's pass); top3 = a suspect in the top
@@ -206,7 +208,24 @@ def score_recording(rec: Recording) -> dict[str, Any]:
         row["top1"] = both and bool(found) and found[0] in expected
     elif rec.kind == "soak":
         high = [f.signature for f in d.findings if f.confidence >= HIGH_CONFIDENCE]
-        row["high_confidence"] = high
+        if rec.polls:
+            # judged as the soak judged itself: healthy at every poll it asked
+            high, healthy = [], 0
+            for p_end, p_window in rec.polls:
+                got = diagnose(
+                    store,
+                    end=p_end,
+                    window=p_window,
+                    step=rec.tick,
+                    alerts=[a for a in rec.alerts if a.at <= p_end],
+                    events=[e for e in rec.events if e.time <= p_end],
+                    rate=rec.diagnosis_rate,
+                )
+                named = [f.signature for f in got.findings if f.confidence >= HIGH_CONFIDENCE]
+                high += named
+                healthy += not named
+            row["polls_healthy"] = f"{healthy}/{len(rec.polls)}"
+        row["high_confidence"] = sorted(set(high))
         row["top1"] = row["top3"] = not high
     else:  # unknown: the generic ranking, asked as validate asks it
         t_fault = float(label["t_fault"])

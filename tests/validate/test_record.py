@@ -405,6 +405,30 @@ def test_data_that_starts_after_the_diagnosis_needs_it_is_flagged(tmp_path: Path
     )
 
 
+def test_a_soak_is_checked_over_the_polls_it_asked(tmp_path: Path) -> None:
+    # the stack (and its agent) started 10 s before the soak's warm-up: the whole soak
+    # as one window would read its first rate (a minute) before there was any data,
+    # but the soak asked 60 s windows from 120 s on, whose rates (15 s) read from 45 s
+    store, sc = _store(hole=(-1.0, 20.0))
+    soak: dict[str, Any] = {
+        "name": "soak", "kind": "soak", "faults": [], "expected": [], "layer": None,
+        "severity": None, "t_fault": None, "t_revert": None, "passed": None,
+        "t_baseline": sc.start + 30,
+    }  # fmt: skip
+    polls = [[sc.start + t, 60.0] for t in range(120, 361, 10)]
+    _save(tmp_path, store, sc, **soak, polls=polls)
+    [rec] = load_recordings(tmp_path)
+    assert rec.polls == tuple((float(e), w) for e, w in polls)
+    assert rec.problems == ()
+    # the same soak without its polls is judged whole, and that window lacks data
+    _save(tmp_path, store, sc, **soak)
+    [rec] = load_recordings(tmp_path)
+    assert rec.polls == ()
+    assert rec.problems[0] == (
+        f"no sample at all for 50.0 s ({sc.start - 30:.3f}..{sc.start + 20:.3f})"
+    )
+
+
 def test_a_hand_made_label_that_starts_too_late_is_flagged(
     tmp_path: Path, leak: tuple[Store, Any]
 ) -> None:

@@ -191,6 +191,14 @@ class Recording:
         return _diagnosis_window(self.label, self.end)
 
     @property
+    def polls(self) -> tuple[tuple[float, float], ...]:
+        """``(end, window)`` of each diagnosis a soak asked (its label's ``polls``); else ().
+
+        A soak is judged healthy at every poll, so its recording is judged there too.
+        """
+        return tuple((float(e), float(w)) for e, w in _polls(self.label))
+
+    @property
     def diagnosis_rate(self) -> float | None:
         """The ``rate`` (seconds) validate's diagnosis used; None: the diagnosis's default."""
         rate = _settings(self.label).get("rate_s")
@@ -424,17 +432,37 @@ def _diagnosis_window(label: Mapping[str, Any], end: float) -> tuple[float, floa
     return d_end, max(least, d_end - float(label["t_baseline"]))
 
 
+def _polls(label: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The label's ``polls`` (``[end, window]`` pairs, a soak's), malformed ones skipped."""
+    got = label.get("polls")
+    if not isinstance(got, list):
+        return []
+    return [
+        (float(p[0]), float(p[1]))
+        for p in got
+        if isinstance(p, list | tuple)
+        and len(p) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)
+    ]
+
+
 def _needed_from(label: Mapping[str, Any], end: float) -> float:
     """Where the recorded diagnosis starts reading: its window, less its first rate's.
 
-    The diagnosis's ``${rate}`` window is the label's, else aivitals.diagnose's rule: a
-    minute, at most a quarter of the window, at least 4 steps.
+    A soak's label lists the diagnoses it asked (``polls``): the earliest of those
+    reads first. Otherwise the one diagnosis validate judges. The ``${rate}`` window
+    is the label's, else aivitals.diagnose's rule: a minute, at most a quarter of the
+    window, at least 4 steps.
     """
-    d_end, window = _diagnosis_window(label, end)
-    rate = _settings(label).get("rate_s")
-    if rate is None:
-        rate = max(4 * float(label["tick"]), min(60.0, window / 4))
-    return d_end - window - float(rate)
+    asked = _polls(label) or [_diagnosis_window(label, end)]
+
+    def reach(d_end: float, window: float) -> float:
+        rate = _settings(label).get("rate_s")
+        if rate is None:
+            rate = max(4 * float(label["tick"]), min(60.0, window / 4))
+        return d_end - window - float(rate)
+
+    return min(reach(d_end, window) for d_end, window in asked)
 
 
 def _check_label(label: Any, where: str) -> None:
