@@ -196,3 +196,44 @@ def test_connection_flood_holds_idle_connections(runner_factory, chaos_root: Pat
         assert not helper.is_running() or helper.status() == psutil.STATUS_ZOMBIE
         run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
+
+
+def test_the_flood_opens_and_reopens_out_of_step() -> None:
+    # a server that, like uvicorn, answers and closes an idle keep-alive connection after a
+    # while (1 s here): 2,000 clients in step would all reopen at the same moment, the open
+    # fds dip each cycle and FdsNearLimit's for: resets (measured in a strict quick run)
+    import asyncio
+
+    from aivitals.chaos._helpers import _flood
+
+    accepts: list[float] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepts.append(time.monotonic())
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await asyncio.sleep(1.0)  # keep-alive timeout
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    async def main() -> float:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+        port = server.sockets[0].getsockname()[1]
+        t0 = time.monotonic()
+        async with server:
+            args = {"host": "127.0.0.1", "port": port, "connections": 200, "path": "/healthz"}
+            await _flood({**args, "deadline": time.time() + 8.0})
+        return t0
+
+    t0 = asyncio.run(main())
+    first = sorted(accepts)[:200]
+    # opened over seconds, not at once (all 200 in the first 0.2 s before)
+    assert first[-1] - first[0] > 2.0, (first[0] - t0, first[-1] - t0)
+    # and they stay out of step: each reopens every ~1.3 s (about 46 of the 200 in any
+    # 0.3 s on average); in step, all 200 came within 0.3 s of each other
+    at = sorted(accepts)
+    crowd = max(sum(1 for b in at if a <= b < a + 0.3) for a in at)
+    assert crowd <= 100, crowd
+    assert len(at) > 400  # they did reopen after the server closed them

@@ -183,7 +183,8 @@ class DiskFill(Fault):
 
 class ConnectionFlood(Fault):
     """``connections`` idle keep-alive connections held open to the service
-    (each sends one ``GET path`` first), reopened when the server closes them."""
+    (each sends one ``GET path`` first), reopened when the server closes them. They
+    open over 5 s and reopen after a random 0.1-0.5 s, out of step like a real pool's."""
 
     name = "connection_flood"
     params = {"connections": (2000, 1, 20000)}
