@@ -299,6 +299,8 @@ def _fmt_recorded(r: dict[str, Any]) -> str:
         return f"SKIP {r['scenario']:<40} {'; '.join(r['problems'])}"
     mark = "ok  " if r["top1"] else ("top3" if r["top3"] else "MISS")
     top = r.get("rank_top") if r["kind"] == "unknown" else r.get("top")
+    if r.get("polls_healthy") is not None:  # a soak judged at its polls: what they named
+        top = [f"{r['polls_healthy']} polls healthy", *r["high_confidence"]]
     return (
         f"{mark} {r['scenario']:<40}{r['split']:<8}{r['kind']:<8}"
         f"expected={','.join(r['expected']):<40} top={'; '.join(top or ['-'])} "
