@@ -13,7 +13,8 @@ pid, cmdline, cwd) and ``REAPER-RUNS <json>`` (the run directories seen under
 failing check never leaves anything behind either.
 
 SPEC: ``{"steps": [{"argv": [...], "timeout": s, "kill_on": "text" | null,
-"kill_on_journal": "text" | null, "kill_after": s}], "grace": s}``.
+"kill_on_journal": "text" | null, "kill_after": s, "kill_signal": "SIGINT"}],
+"grace": s}`` (``kill_signal``: SIGKILL unless named; SIGINT is Ctrl-C).
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def _step(step: dict[str, Any], watch: _RunWatch) -> None:
         journal_text = step.get("kill_on_journal")
         if not killed and (trigger.is_set() or (journal_text and watch.journal_has(journal_text))):
             time.sleep(float(step.get("kill_after", 0.5)))
-            print(f"REAPER-SIGKILL {proc.pid}", flush=True)
-            proc.send_signal(signal.SIGKILL)
+            name = str(step.get("kill_signal", "SIGKILL"))
+            print(f"REAPER-{name} {proc.pid}", flush=True)
+            proc.send_signal(getattr(signal, name))
             killed = True
         _reap(keep=proc.pid)
         time.sleep(0.05)

@@ -315,6 +315,34 @@ def test_validate_sigkilled_mid_restart_fault_then_cleanup_leaves_nothing(tmp_pa
     assert not leftovers(before, outcome, dirs), leftovers(before, outcome, dirs)
 
 
+def test_a_sweep_stopped_by_ctrl_c_reverts_everything_and_writes_the_partial_report(
+    tmp_path: Path,
+) -> None:
+    require_binary("redis-server")
+    dirs = Dirs(tmp_path / "acct")
+    report = dirs.base / "report.json"
+    argv = cli(
+        "validate", "--quick", "--sweep", "--scenarios", "cpu_burn", "--report", str(report),
+        "--baseline", "1", "--fault-max", "8", "--recover-max", "5",
+    )  # fmt: skip
+    before = Machine.now()
+    # Ctrl-C in the second case's fault phase (its baseline is 1 s)
+    step = {"argv": argv, "kill_on": "== cpu_burn@moderate", "kill_after": 4.0}
+    outcome = run_as_user(dirs, [{**step, "kill_signal": "SIGINT", "timeout": 240}], timeout=280)
+    assert outcome.codes == [130], outcome.output[-3000:]
+    assert "interrupted: every fault reverted" in outcome.output, outcome.output[-3000:]
+    data = _report(report)
+    env = data["environment"]
+    outcome.extra_ports |= {int(u.rsplit(":", 1)[1].split("/")[0]) for u in
+                            (env["service"], env["redis"])}  # fmt: skip
+    assert data["interrupted"] is True and data["passed"] is False
+    assert data["planned"] == 3 and "interrupted after 2 of 3 cases" in data["summary"]
+    first, cut = data["scenarios"]
+    assert first["fault"] == "cpu_burn@threshold" and first["error"] is None and first["checks"]
+    assert cut["fault"] == "cpu_burn@moderate" and cut["error"] == "interrupted", cut
+    assert not leftovers(before, outcome, dirs), leftovers(before, outcome, dirs)
+
+
 def test_demo_with_a_fault_leaves_nothing(tmp_path: Path) -> None:
     require_binary("redis-server")
     dirs = Dirs(tmp_path / "acct")

@@ -204,6 +204,33 @@ def test_a_service_that_dies_is_reported_reverted_and_restarted(
     assert any(line.startswith("[fail]") for line in lines)
 
 
+def test_ctrl_c_in_a_case_reverts_it_marks_it_and_stops_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aivitals.chaos
+    from aivitals.validate import _runner
+
+    def pressed(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(aivitals.chaos, "ChaosRunner", _FakeRunner)
+    monkeypatch.setattr(_runner, "_scenario", pressed)
+    stopped = _FakeRunner.stopped
+    stack = _FakeStack()
+    stack.service.alive_now = True
+    report = Report(quick=True, planned=2)
+    cases = [Case((SCENARIOS["cpu_burn"],)), Case((SCENARIOS["gpu_xid"],))]
+    with pytest.raises(KeyboardInterrupt):
+        _runner._run_all(stack, cases, ValidateConfig(quick=True), report, [].append)
+    assert [s.fault for s in report.scenarios] == ["cpu_burn"]  # the next never began
+    assert report.scenarios[0].error == "interrupted"
+    assert _FakeRunner.stopped == stopped + 1  # its fault was reverted
+    report.interrupted = True
+    assert not report.passed
+    assert report.summary().endswith("; interrupted after 1 of 2 cases")
+    assert report.to_dict()["interrupted"] is True
+
+
 def test_param_overrides_are_checked_before_anything_starts() -> None:
     cfg = ValidateConfig(scenarios=("redis_down",), params={"redis_down": {"method": 1}})
     assert cfg.params == {"redis_down": {"method": 1}}

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -139,20 +143,38 @@ def validate(
         record=record,
     )
     report: Any
-    if soak is not None:
-        from ._soak import parse_soak_duration, run_soak
+    with _sigterm_as_interrupt():
+        if soak is not None:
+            from ._soak import parse_soak_duration, run_soak
 
-        seconds = parse_soak_duration(soak)
-        report = run_soak(config, seconds, echo=lambda line: click.echo(line))
-    else:
-        report = run_validate(config, echo=lambda line: click.echo(line))
+            seconds = parse_soak_duration(soak)
+            report = run_soak(config, seconds, echo=lambda line: click.echo(line))
+        else:
+            report = run_validate(config, echo=lambda line: click.echo(line))
     report.write(report_path)
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(report.to_markdown())
     click.echo(f"\n{report.summary()}; report: {report_path}")
+    if getattr(report, "interrupted", False):
+        sys.exit(130)  # the shell's code for a job stopped by Ctrl-C
     if not report.passed:
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM / SIGHUP stop a run as Ctrl-C does: faults reverted, the partial report written."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _params(raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:

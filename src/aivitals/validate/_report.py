@@ -67,11 +67,16 @@ class Report:
     scenarios: list[ScenarioResult] = field(default_factory=list)
     ended_at: float | None = None
     environment: dict[str, Any] = field(default_factory=dict)
+    #: Stopped by Ctrl-C (or SIGTERM) before every case ran: the report holds the cases
+    #: that did (the one cut short with ``error`` "interrupted") and never passes.
+    interrupted: bool = False
+    #: How many cases were asked for (``scenarios`` lists those begun).
+    planned: int | None = None
 
     @property
     def passed(self) -> bool:
         ran = [s for s in self.scenarios if s.skipped is None]
-        return bool(ran) and all(s.passed for s in ran)
+        return not self.interrupted and bool(ran) and all(s.passed for s in ran)
 
     def summary(self) -> str:
         ran = [s for s in self.scenarios if s.skipped is None]
@@ -80,9 +85,13 @@ class Report:
         checks = [c for s in ran for c in s.checks if c.ok is not None]
         failed = sum(not c.ok for c in checks)
         took = (self.ended_at or time.time()) - self.started_at
+        cut = ""
+        if self.interrupted:
+            of = "" if self.planned is None else f" of {self.planned}"
+            cut = f"; interrupted after {len(self.scenarios)}{of} cases"
         return (
             f"{ok}/{len(ran)} scenarios passed, {failed} of {len(checks)} checks failed, "
-            f"{skipped} skipped, {took:.0f} s"
+            f"{skipped} skipped, {took:.0f} s{cut}"
         )
 
     def to_dict(self) -> dict[str, Any]:

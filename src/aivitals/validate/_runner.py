@@ -42,7 +42,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
 
     chosen = cases_of(config)
     with RunLock(config.lock_path):
-        report = Report(quick=config.quick)
+        report = Report(quick=config.quick, planned=len(chosen))
         stack = Stack(
             StackConfig(
                 quick=config.quick,
@@ -61,6 +61,11 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             report.environment = _environment(stack)
             _warm_up(stack, config, echo, relay)
             _run_all(stack, chosen, config, report, echo, relay=relay)
+        except KeyboardInterrupt:
+            # the finally blocks below it have reverted the fault and stopped its load;
+            # the stack stops next, and the cases run so far are reported
+            report.interrupted = True
+            echo("interrupted: every fault reverted; stopping the stack")
         finally:
             relay.stop()
             report.ended_at = time.time()
@@ -196,6 +201,9 @@ def _run_all(
             except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
+            except KeyboardInterrupt:
+                result.error = "interrupted"  # cut short: its checks so far are kept
+                raise
             finally:
                 stack.probe_via(None)
                 if relay.current is not None and relay.current.base_url != stack.service.url:
