@@ -66,6 +66,9 @@ def table(summary: dict[str, Any]) -> list[str]:
         if c.get("skipped"):
             out.append(f"{c['fault']:<24} {c['severity']:<10} skipped: {c['skipped']}")
             continue
+        if c.get("caught") is None:  # cut short by Ctrl-C
+            out.append(f"{c['fault']:<24} {c['severity']:<10} interrupted (not counted)")
+            continue
         reached = {True: "yes", False: "not reached", None: "not judged"}[c["reached"]]
         caught = "yes" if c["caught"] else "NO"
         if c.get("error"):
@@ -89,7 +92,14 @@ def _run_sweep(args: argparse.Namespace, report: Path) -> int:
         cmd += ["--scenarios", args.scenarios]
     print("running:", " ".join(cmd), flush=True)
     # validate's exit status is 1 when any check failed: the report says which
-    return subprocess.run(cmd, check=False).returncode
+    proc = subprocess.Popen(cmd)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached validate too (same process group): it reverts the fault,
+            # stops the stack and writes its partial report; killing it would not
+            print("interrupted: waiting for validate to revert and write its report", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in table(summary):
         print(line)
+    if summary.get("interrupted"):
+        print(f"PARTIAL: the sweep was interrupted; {summary['ran']} cases ran to the end")
     line = result_line(summary)
     print(line)
     args.output.parent.mkdir(parents=True, exist_ok=True)

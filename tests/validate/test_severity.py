@@ -458,6 +458,17 @@ def test_summarize_sweep() -> None:
     assert by["gpu_contention@moderate"]["caught"] is False  # the diagnosis missed
 
 
+def test_summarize_an_interrupted_sweep() -> None:
+    # Ctrl-C in gpu_contention@severe: that case is neither caught nor missed
+    rep = _report()
+    rep["interrupted"] = True
+    rep["scenarios"][5]["error"] = "interrupted"
+    got = summarize_sweep(rep)
+    assert got["interrupted"] is True and got["ran"] == 5 and got["skipped"] == 2
+    assert got["caught"]["severe"] == 1.0  # network_loss@severe only
+    assert summarize_sweep(_report())["interrupted"] is False
+
+
 def test_summarize_sweep_bad_input() -> None:
     with pytest.raises(ConfigError, match="not a validate report"):
         summarize_sweep({"cases": []})

@@ -976,7 +976,8 @@ def summarize_sweep(report: Mapping[str, Any]) -> dict[str, Any]:
             "error": s.get("error"),
         }
         cases.append(case)
-        if s.get("skipped"):
+        if s.get("skipped") or s.get("error") == "interrupted":
+            # not run, or cut short by Ctrl-C: neither caught nor missed
             case.update(caught=None, reached=None)
             continue
         fired = [c["data"]["after_s"] for c in alerts if c.get("ok") and "after_s" in c["data"]]
@@ -1014,4 +1015,5 @@ def summarize_sweep(report: Mapping[str, Any]) -> dict[str, Any]:
         "unreached": len(unreached),
         "skipped": len(cases) - len(ran),
         "ran": len(ran),
+        "interrupted": bool(report.get("interrupted")),
     }
