@@ -21,7 +21,7 @@ lists as a consequence, per hour of fault phase. Writes
 benchmarks/results/detection_sweep.json (``--output`` elsewhere).
 
 Run (it starts the demo stack and every fault; minutes to hours):
-``.venv/bin/python benchmarks/detection_sweep.py --quick [--scenarios a,b]``.
+``.venv/bin/python benchmarks/detection_sweep.py --quick [--scenarios a,b] [--record DIR]``.
 Targets (issue #14): caught_moderate=1.0, caught_severe=1.0, false_p0p1_per_h=0.
 """
 
@@ -90,6 +90,8 @@ def _run_sweep(args: argparse.Namespace, report: Path) -> int:
         cmd.append("--quick")
     if args.scenarios:
         cmd += ["--scenarios", args.scenarios]
+    if args.record:
+        cmd += ["--record", str(args.record)]
     print("running:", " ".join(cmd), flush=True)
     # validate's exit status is 1 when any check failed: the report says which
     proc = subprocess.Popen(cmd)
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="validate's compressed time")
     parser.add_argument("--scenarios", default=None, metavar="A,B", help="only these faults")
     parser.add_argument("--from-report", type=Path, default=None, help="read this report")
+    parser.add_argument(
+        "--record", type=Path, default=None, help="keep every case as a recording here"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
