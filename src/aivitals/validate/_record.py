@@ -290,6 +290,22 @@ def save_recording(
     return snap
 
 
+def save_stack_window(
+    stack: Any, directory: Path, label: dict[str, Any], *, start: float, end: float
+) -> Path:
+    """``save_recording`` of a running demo stack's agent store, with its events and
+    alert history (the diagnosis reads both; a snapshot holds only series)."""
+    return save_recording(
+        stack.agent.store,
+        directory,
+        label,
+        start=start,
+        end=end,
+        events=stack.agent.events(start=start, end=end),
+        alerts=stack.engine.history(start=start, end=end),
+    )
+
+
 def load_recordings(directory: Path) -> list[Recording]:
     """Every recording in ``directory``, sorted by name (an empty list if there is none).
 

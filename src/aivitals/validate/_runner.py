@@ -230,7 +230,7 @@ def _record(
     """Save the case's window (baseline to the end of the recovery) with its label."""
     if result.t_baseline is None or config.record is None:
         return
-    from ._record import save_recording
+    from ._record import save_stack_window
 
     unknown = [i for i in infos if i.signature is None]
     label = {
@@ -253,16 +253,7 @@ def _record(
     label["diagnosis"] = {"min_window_s": least, "rate_s": rate}
     start, end = result.t_baseline, result.ended_at or time.time()
     try:
-        # events and alert history too: the diagnosis reads them, a snapshot holds series
-        path = save_recording(
-            stack.agent.store,
-            config.record,
-            label,
-            start=start,
-            end=end,
-            events=stack.agent.events(start=start, end=end),
-            alerts=stack.engine.history(start=start, end=end),
-        )
+        path = save_stack_window(stack, config.record, label, start=start, end=end)
     except Exception as exc:  # a failed recording is reported; the check results stand
         echo(result.add(Check("recorded", False, f"recording failed: {exc}")).line())
         return

@@ -471,7 +471,7 @@ def _record(
     The label's ``polls`` holds each poll's ``[end, window]`` (epoch s), so a change to
     the diagnosis can be judged offline at the moments the soak asked it.
     """
-    from ._record import save_recording
+    from ._record import save_stack_window
 
     assert report.soak_started_at is not None and config.record is not None
     start = report.soak_started_at - plan.warm_up
@@ -498,15 +498,7 @@ def _record(
         ),
     }
     try:
-        path = save_recording(
-            stack.agent.store,
-            config.record,
-            label,
-            start=start,
-            end=end,
-            events=stack.agent.events(start=start, end=end),
-            alerts=stack.engine.history(start=start, end=end),
-        )
+        path = save_stack_window(stack, config.record, label, start=start, end=end)
     except Exception as exc:  # a failed recording is reported; the soak's verdict stands
         report.problems.append(f"recording failed: {exc}")
         echo(f"[fail] recording failed: {exc}")
