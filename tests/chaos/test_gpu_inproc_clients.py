@@ -3,10 +3,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aivitals.chaos import FaultContext
+from aivitals.chaos._gpu import _OOM_PROMPTS
 from aivitals.collect.gpu import SimGPU, SimGpuLostError
 from aivitals.errors import ConfigError, FaultError, FaultRefused
 from aivitals.signals import ErrorCode, classify_exception
@@ -102,6 +104,10 @@ def test_real_gpu_cotenant_is_refused_without_cuda(runner_factory) -> None:  # t
         runner.start("gpu_cotenant", duration=5, real=1)
 
 
+def _completions(srv: Any) -> list[bytes]:
+    return [b for p, b in zip(srv.paths, srv.bodies, strict=True) if p == "/v1/completions"]
+
+
 def test_gpu_oom_holds_memory_and_sends_overlong_prompts(
     runner_factory, chaos_root: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -121,6 +127,16 @@ def test_gpu_oom_holds_memory_and_sends_overlong_prompts(
             runner.stop(active)
             assert sim.processes(0).get(me, 0) == 0
             run_id = runner.run.run_id
+            # every prompt differs, and the next injection sends new ones: a response
+            # cache in front of the model must not answer them
+            first = _completions(srv)
+            assert len(set(first)) == min(len(first), _OOM_PROMPTS)  # cycled past 64
+            again = runner.start(
+                "gpu_oom", duration=20, fill=0.9, concurrency=2, prompt_tokens=400, max_tokens=8
+            )
+            assert _wait(lambda: srv.paths.count("/v1/completions") >= len(first) + 3)
+            runner.stop(again)
+            assert not set(_completions(srv)[len(first) :]) & set(first)
     assert_clean(run_id, chaos_root)
 
 

@@ -8,6 +8,7 @@ state directory.
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -116,6 +117,10 @@ class GpuCotenant(Fault):
         return FaultEffect(client_url=ctx.target, details={"pid": pid, "device": "sim"})
 
 
+#: Over-long prompts the gpu_oom client cycles through (each different).
+_OOM_PROMPTS = 64
+
+
 class GpuOOM(Fault):
     """Over-long inputs whose KV-cache reservation no longer fits.
 
@@ -157,10 +162,18 @@ class GpuOOM(Fault):
                 "sim_alloc", state_dir=str(ctx.sim_gpu_dir), gpu=ctx.gpu, pid=pid, nbytes=held
             )
             sim.allocate(pid, held, gpu=ctx.gpu, tag="chaos-fragmentation")
-        spec = completions_request(
-            make_prompt(int(self.values["prompt_tokens"])),
-            int(self.values["max_tokens"]),
-            stream=False,
-        )
-        client = client_load(self, ctx, [spec], concurrency=int(self.values["concurrency"]))
+        # Distinct prompts, new at each injection: one fixed prompt that once got an
+        # answer (right after a revert, with the memory back) was served from the
+        # service's response cache the next time, and no request reached the model
+        # (the second and third cases of a sweep had no OOM at all).
+        rng = random.Random()
+        specs = [
+            completions_request(
+                make_prompt(int(self.values["prompt_tokens"]), rng=rng),
+                int(self.values["max_tokens"]),
+                stream=False,
+            )
+            for _ in range(_OOM_PROMPTS)
+        ]
+        client = client_load(self, ctx, specs, concurrency=int(self.values["concurrency"]))
         return FaultEffect(client_url=ctx.target, details={"held_bytes": held, "pid": client})
