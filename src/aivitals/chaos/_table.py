@@ -250,7 +250,9 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
         # strict runs 7 and 8 and past the pack's limit of 20 in a CI run, which paged
         "QueueBacklog",
     ),
-    "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh"),
+    # stuck workers fill the admission queue, which then refuses with 429 (the admission
+    # control doing its job): paged at the sweep's moderate severity (2026-12-01)
+    "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh", "HTTP429RateHigh"),
     # a starved service leaves the device idle while requests are slow
     "cpu_burn": ("GPUUtilizationLow",),
     # the surge queues, waits, is refused, and keeps the model busy; its inputs are new
