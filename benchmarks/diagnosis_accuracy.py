@@ -179,18 +179,22 @@ def score_recording(rec: Recording) -> dict[str, Any]:
     if rec.problems:
         return row
     store = rec.store()
+
+    def diagnose_at(end: float, window: float) -> Any:
+        # what validate's diagnosis at ``end`` had: the alerts and events up to then
+        return diagnose(
+            store,
+            end=end,
+            window=window,
+            step=rec.tick,
+            alerts=[a for a in rec.alerts if a.at <= end],
+            events=[e for e in rec.events if e.time <= end],
+            rate=rec.diagnosis_rate,
+        )
+
     end, window = rec.diagnosis_window()
     t0 = time.perf_counter()
-    d = diagnose(
-        store,
-        end=end,
-        window=window,
-        step=rec.tick,
-        # what validate's diagnosis at ``end`` had: the alerts and events up to then
-        alerts=[a for a in rec.alerts if a.at <= end],
-        events=[e for e in rec.events if e.time <= end],
-        rate=rec.diagnosis_rate,
-    )
+    d = diagnose_at(end, window)
     found = [f.signature for f in d.findings]
     row["top"] = [f"{f.signature} {f.confidence:.2f}" for f in d.findings[:3]]
     row["shape"] = str(d.shape)
@@ -212,15 +216,7 @@ def score_recording(rec: Recording) -> dict[str, Any]:
             # judged as the soak judged itself: healthy at every poll it asked
             high, healthy = [], 0
             for p_end, p_window in rec.polls:
-                got = diagnose(
-                    store,
-                    end=p_end,
-                    window=p_window,
-                    step=rec.tick,
-                    alerts=[a for a in rec.alerts if a.at <= p_end],
-                    events=[e for e in rec.events if e.time <= p_end],
-                    rate=rec.diagnosis_rate,
-                )
+                got = diagnose_at(p_end, p_window)
                 named = [f.signature for f in got.findings if f.confidence >= HIGH_CONFIDENCE]
                 high += named
                 healthy += not named
