@@ -156,7 +156,7 @@ def validate(
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(report.to_markdown())
     click.echo(f"\n{report.summary()}; report: {report_path}")
-    if getattr(report, "interrupted", False):
+    if report.interrupted:
         sys.exit(130)  # the shell's code for a job stopped by Ctrl-C
     if not report.passed:
         sys.exit(1)
