@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["LoadPhase", "LoadPlan"]
+if TYPE_CHECKING:
+    from ..load import RequestSpec
+
+__all__ = ["LoadPhase", "LoadPlan", "impatient_requests"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,9 +24,33 @@ class LoadPlan:
     prompt_tokens: int = 24
     #: an impatient client's share of the completions (taken from the normal stream)
     impatient_rate: float = 1.0
+    #: its generations' length and the deadline it sends: 256 tokens take about 1.1 s
+    #: on the development machine's CPU, so a machine 3x faster still misses 0.3 s
+    impatient_tokens: int = 256
+    impatient_deadline_s: float = 0.3
+    #: distinct impatient prompts, cycled: more than a fault phase sends at its rate
+    impatient_pool: int = 1024
     #: distinct embeddings inputs, the same in every phase (a cache warm from the start)
     embeddings_pool: int = 16
     embeddings_seed: int = 0
+
+
+def impatient_requests(plan: LoadPlan, rng: random.Random) -> tuple[RequestSpec, ...]:
+    """The impatient client's requests: long generations that give up early, each different.
+
+    Each prompt is new (drawn from ``rng``): with one fixed prompt, a generation that
+    finished inside its deadline (a fast machine) was cached, and every later request
+    was a cache hit that never reached the model, so no deadline ever passed (CI,
+    2026-12-01: 0 timeouts, no pile-up).
+    """
+    from ..load import completions_request, make_prompt
+
+    out = []
+    for _ in range(plan.impatient_pool):
+        spec = completions_request(make_prompt(32, rng=rng), plan.impatient_tokens, stream=False)
+        headers = (*spec.headers, ("X-Request-Timeout", f"{plan.impatient_deadline_s:g}"))
+        out.append(dataclasses.replace(spec, headers=headers))
+    return tuple(out)
 
 
 @dataclass
@@ -46,7 +75,7 @@ class LoadPhase:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, *, max_seconds: float) -> LoadPhase:
-        from ..load import LoadConfig, completions_request, make_prompt
+        from ..load import LoadConfig
 
         url = self.base_url.rstrip("/")
         p = self.plan
@@ -81,21 +110,11 @@ class LoadPhase:
             ),
         }
         if self.impatient:
-            spec = completions_request(make_prompt(32), 256, stream=False)
-            spec = type(spec)(
-                spec.method,
-                spec.path,
-                spec.body,
-                (*spec.headers, ("X-Request-Timeout", "0.8")),
-                stream=False,
-                prompt_tokens=spec.prompt_tokens,
-                expects_json=True,
-            )
             configs["impatient"] = LoadConfig(
                 url=url + "/v1/completions",
                 rate=p.impatient_rate,
                 duration=max_seconds,
-                requests=(spec,),
+                requests=impatient_requests(p, random.Random()),
                 allow_hosts=self.allow_hosts,
                 timeout=10.0,
             )

@@ -27,7 +27,8 @@ class Scenario:
     error_codes: tuple[str, ...] = ()
     #: what the host needs; returns why not, or None
     needs: Callable[[], str | None] = lambda: None
-    #: while the fault runs, a client that gives up after 0.8 s on 256-token generations
+    #: while the fault runs, a client that gives up after 0.3 s on 256-token generations
+    #: (LoadPlan.impatient_*)
     impatient_client: bool = False
     #: a longer fault phase in --quick runs, for faults that need time to build up
     quick_fault_max: float | None = None
