@@ -565,3 +565,22 @@ def test_a_leak_that_hit_its_bound_is_measured_until_then() -> None:
     )
     assert check is not None and check.ok is True, check
     assert check.data["achieved"] == pytest.approx(rate, rel=0.05)
+
+
+def test_a_reload_at_the_injections_first_tick_is_counted() -> None:
+    """The agent samples off the injection's instant: the first sample after it already
+    holds the new load time. The range must reach the sample before the fault."""
+    store = Store()
+    _fill(
+        store,
+        "model_load_time_seconds",
+        {"model": "m"},
+        lambda t: 2.0 if t < T0 + 0.5 else 1.5,
+        T0 - 29.4,  # samples at T0 - 0.4, T0 + 0.6, ...
+        T0 + 31,
+    )
+    check = reached(
+        _stack(store), "cold_start", "severe", {}, quick=True, t_fault=T0 + 0.1, t_end=T0 + 30.3
+    )
+    assert check is not None and check.ok is True, check
+    assert check.data["achieved"] == 1.0

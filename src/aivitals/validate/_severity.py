@@ -616,6 +616,14 @@ class _Window:
     def end(self, expr: str) -> list[float]:
         return [v for _, v in self.at(expr, self.t_end)]
 
+    def end_from_before(self, expr: str) -> list[float]:
+        """``expr`` at the end, ``[W]`` reaching one tick before the injection: a counter
+        of events such as ``changes()`` must see the last sample before the fault, or an
+        event at the injection's first tick leaves no change inside the range (the sweep
+        of 2026-11-30 read 0 model loads for every cold_start)."""
+        w = f"{math.ceil(self.t_end - self.t_fault + self.tick)}s"
+        return [v for _, v in self._eval(expr.replace("[W]", f"[{w}]"), self.t_end, self.t_end)]
+
     def start(self, expr: str) -> list[tuple[Mapping[str, str], float]]:
         """``expr`` at the injection, ``[W]`` standing for the calm just before it."""
         return self._eval(
@@ -807,7 +815,7 @@ _MEASURES: dict[str, Callable[[_Window], Measured]] = {
     "gpu_xid": lambda w: w.delta("sum(gpu_xid_errors_total)"),
     "gpu_oom": lambda w: w.delta('sum(model_inference_errors_total{error_code="CUDA_OOM"})'),
     "cold_start": lambda w: _peak(
-        w.end("sum(changes(model_load_time_seconds[W]))"), "model_load_time_seconds"
+        w.end_from_before("sum(changes(model_load_time_seconds[W]))"), "model_load_time_seconds"
     ),
     "timeouts_not_aborting": _timeouts,
     "slow_dependency": lambda w: _change(
