@@ -242,8 +242,10 @@ class SoakLoad:
     over the run (``_workload``): the rate ramps from x``swing[0]`` to x``swing[1]``
     (``swing_offsets``: the same share every minute; the embeddings too), and the popular
     prompts drift (``churn_entry``: the hot set is replaced ``churn_turnovers`` times),
-    so cached keys stop being asked and expire while new ones are cached. The warped
-    send times go to the load generator as trace files in the stack's workdir.
+    so cached keys stop being asked and expire while new ones are cached. With
+    ``level_window``, the trace's own slow drift is taken out first (``level_rate``),
+    so the swing is the only slow change. The warped send times go to the load
+    generator as trace files in the stack's workdir.
     ``warm_up`` seconds at the ramp's start rate come first; the soak's clock
     (``seconds``, ``started_at``, ``multiplier``) starts after them.
 
@@ -270,6 +272,7 @@ class SoakLoad:
         embeddings_rate: float = 2.0,
         probe_seconds: float = 5.0,
         seed: int = 0,
+        level_window: float | None = None,
     ) -> None:
         from ._streams import AgentCheck
         from ._workload import rate_multiplier
@@ -279,7 +282,11 @@ class SoakLoad:
             raise ConfigError(f"warm_up={warm_up!r}: expected >= 0 seconds")
         if not cache_ttl > 0:
             raise ConfigError(f"cache_ttl={cache_ttl!r}: expected > 0 seconds")
+        if level_window is not None and not level_window > 0:
+            raise ConfigError(f"level_window={level_window!r}: expected > 0 seconds")
         self.stack = stack
+        #: trace seconds (at x1) over which the trace's own drift is levelled (None: kept)
+        self.level_window = level_window
         self.duration = float(duration)
         #: seconds of load at the ramp's start rate before the soak's clock starts
         self.warm_up = float(warm_up)
@@ -328,6 +335,7 @@ class SoakLoad:
             LENGTH_SCALE,
             churn_period,
             churned_requests,
+            level_rate,
             plan_workload,
             swing_offsets,
             write_trace_csv,
@@ -351,8 +359,12 @@ class SoakLoad:
         # the trace at x1, its clock run at the ramp's multiplier (after the warm-up at its
         # start rate); what falls past the end is not sent
         end = self.warm_up + self.duration
+        at_x1 = [r.at * workload.time_scale for r in self.trace_rows]
+        if self.level_window is not None:
+            # the trace's own slow drift out, so the swing is the only slow change
+            at_x1 = level_rate(at_x1, workload.target_rps, self.level_window)
         warped = swing_offsets(
-            [r.at * workload.time_scale for r in self.trace_rows],
+            at_x1,
             self.duration,
             *self.swing,
             lead_in=self.warm_up,
@@ -407,9 +419,14 @@ class SoakLoad:
         if self.workload is None:
             return "not started"
         low, high = self.swing
+        levelled = (
+            f" (the trace's own drift levelled per {self.level_window:g} s of it)"
+            if self.level_window is not None
+            else ""
+        )
         return (
             f"{self.workload.why()}; {self.warm_up:g} s of warm-up at x{low:g}, then the rate "
-            f"ramped x{low:g}..x{high:g} over {self.duration:g} s "
+            f"ramped x{low:g}..x{high:g} over {self.duration:g} s{levelled} "
             "(completions and embeddings); "
             f"a new most popular prompt every {self.churn_every:.1f} s (hot set replaced "
             f"{self.churn_turnovers:g} times)"

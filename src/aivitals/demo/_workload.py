@@ -70,6 +70,7 @@ __all__ = [
     "churned_requests",
     "expected_hit_ratio",
     "hot_set_size",
+    "level_rate",
     "measure_capacity",
     "plan_workload",
     "pool_size_for",
@@ -471,6 +472,35 @@ def swing_offsets(
         past = at > end
         wall[past] = duration + (at[past] - end) / high
     return [float(w) for w in wall]
+
+
+def level_rate(offsets: Sequence[float], rate: float, window: float) -> list[float]:
+    """Send times with the trace's slow drift taken out: every ``window`` seconds of the
+    trace sends at ``rate`` on average, its bursts and gaps inside the window kept.
+
+    The Azure trace ebbs and flows over an hour by itself, so a soak's swing multiplied
+    the trace's own drift: the 60-minute soak planned x0.5..x1.5 and sent x0.46..x0.98.
+    Each window is stretched or squeezed to ``count / rate`` seconds (an empty window
+    vanishes), so the swing applied afterwards is the only slow change. ``offsets``
+    must be sorted; the result is too.
+    """
+    import numpy as np
+
+    if not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"level rate {rate!r}: expected > 0 requests/s")
+    if not (math.isfinite(window) and window > 0):
+        raise ConfigError(f"level window {window!r}: expected > 0 seconds")
+    at = np.asarray(offsets, dtype=float)
+    if not at.size:
+        return []
+    if not np.all(np.isfinite(at)) or at.min() < 0 or np.any(np.diff(at) < 0):
+        raise ConfigError("trace offsets: expected sorted finite times >= 0")
+    index = (at // window).astype(int)
+    counts = np.bincount(index)
+    lengths = counts / rate  # each window's new length: its requests at ``rate``
+    starts = np.concatenate(([0.0], np.cumsum(lengths)[:-1]))
+    within = (at - index * window) / window  # where in its window, 0..1
+    return [float(t) for t in starts[index] + within * lengths[index]]
 
 
 def hot_set_size(weights: Any, share: float = 0.5) -> int:

@@ -422,6 +422,10 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 cache_ttl=plan.cache_ttl,
                 swing=plan.swing,
                 warm_up=plan.warm_up,
+                # the trace's own drift levelled over windows of half the report's at the
+                # swing's lowest rate (a report window then holds two or more whole ones),
+                # so the rate sent follows the plan; shorter bursts keep their shape
+                level_window=plan.swing[0] * _multiplier_window(plan) / 2,
             )
             echo("measuring the service's capacity (5 s) ...")
             load.start()
