@@ -315,9 +315,12 @@ def test_validate_sigkilled_mid_restart_fault_then_cleanup_leaves_nothing(tmp_pa
     assert not leftovers(before, outcome, dirs), leftovers(before, outcome, dirs)
 
 
+@pytest.mark.parametrize("kill_signal", ["SIGINT", "SIGTERM"])
 def test_a_sweep_stopped_by_ctrl_c_reverts_everything_and_writes_the_partial_report(
-    tmp_path: Path,
+    tmp_path: Path, kill_signal: str
 ) -> None:
+    """Ctrl-C, or SIGTERM as a supervisor sends it (the chaos runner's own SIGTERM handler
+    once exited 143 with no report)."""
     require_binary("redis-server")
     dirs = Dirs(tmp_path / "acct")
     report = dirs.base / "report.json"
@@ -328,7 +331,7 @@ def test_a_sweep_stopped_by_ctrl_c_reverts_everything_and_writes_the_partial_rep
     before = Machine.now()
     # Ctrl-C in the second case's fault phase (its baseline is 1 s)
     step = {"argv": argv, "kill_on": "== cpu_burn@moderate", "kill_after": 4.0}
-    outcome = run_as_user(dirs, [{**step, "kill_signal": "SIGINT", "timeout": 240}], timeout=280)
+    outcome = run_as_user(dirs, [{**step, "kill_signal": kill_signal, "timeout": 240}], timeout=280)
     assert outcome.codes == [130], outcome.output[-3000:]
     assert "interrupted: every fault reverted" in outcome.output, outcome.output[-3000:]
     data = _report(report)

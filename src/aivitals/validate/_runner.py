@@ -172,7 +172,10 @@ def _run_all(
     relay = relay if relay is not None else Relay()
     from ..chaos import FAULT_TABLE, ChaosRunner
 
-    with ChaosRunner(stack.fault_context(), max_duration=3600.0) as runner:
+    # validate owns the signals (its CLI turns SIGTERM and SIGHUP into KeyboardInterrupt):
+    # the runner's own handler raised SystemExit(143) on SIGTERM, which skipped the
+    # partial report; leaving this ``with`` on the interrupt reverts the faults all the same
+    with ChaosRunner(stack.fault_context(), max_duration=3600.0, handle_signals=False) as runner:
         if runner.run is not None:
             report.environment["chaos_run"] = runner.run.run_id
         if stack.ledger is not None:
