@@ -411,3 +411,27 @@ def test_impact_fails_only_for_a_fault_that_must_hurt_clients() -> None:
     missing = Phase(0)
     missing.reports = {}
     assert _impact(calm, missing, _expect("network_latency")).ok is False
+
+
+def test_a_full_run_holds_the_fault_for_each_expected_alerts_for() -> None:
+    from types import SimpleNamespace
+
+    from aivitals.chaos import FAULT_TABLE
+    from aivitals.validate._runner import FULL_FOR_MARGIN_S, _Expect, _fault_phase
+
+    rules = [
+        SimpleNamespace(alert="GPUProcessMemoryGrowth", for_=600.0),
+        SimpleNamespace(alert="GPUMemoryHigh", for_=300.0),
+        SimpleNamespace(alert="HostCPUSaturated", for_=300.0),
+    ]
+    stack = SimpleNamespace(engine=SimpleNamespace(groups=[SimpleNamespace(alerting_rules=rules)]))
+    leak = case("gpu_memory_leak")
+    expect = _Expect.of([FAULT_TABLE["gpu_memory_leak"]])
+    assert _fault_phase(stack, ValidateConfig(), leak, expect) == 600.0 + FULL_FOR_MARGIN_S
+    # quick runs divide for: by 60 and keep their phase; a --fault-max given is the user's
+    assert _fault_phase(stack, ValidateConfig(quick=True), leak, expect) == 60.0  # its own
+    assert _fault_phase(stack, ValidateConfig(fault_max=90.0), leak, expect) == 90.0
+    # an alert with a short for: keeps the default phase
+    oom = case("gpu_oom")
+    oom_expect = _Expect.of([FAULT_TABLE["gpu_oom"]])
+    assert _fault_phase(stack, ValidateConfig(), oom, oom_expect) == 120.0

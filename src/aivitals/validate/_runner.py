@@ -294,7 +294,7 @@ def _scenario(
     time.sleep(max(_baseline(config, s) for s in c.scenarios))
 
     log_offset = _size(stack.service.log_path)
-    fault_max = max(_fault_max(config, s) for s in c.scenarios)
+    fault_max = _fault_phase(stack, config, c, expect)
     span = fault_max + config.phase("recover_max") + 60
     t_fault = result.t_fault = time.time()
     # a fresh context for each: an earlier scenario may have replaced the stack's Redis
@@ -372,6 +372,31 @@ def _baseline(config: ValidateConfig, s: Scenario) -> float:
     if config.quick and config.baseline is None and s.quick_baseline is not None:
         return s.quick_baseline
     return config.phase("baseline")
+
+
+#: a full run's fault phase beyond an expected alert's ``for:``: its 1-minute rate window
+#: filling, then the time the default phase gives a ``for: 0s`` alert
+FULL_FOR_MARGIN_S = 120.0
+
+
+def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -> float:
+    """The longest fault phase of a case: the scenarios' own; in a full run with the
+    default phases, at least each expected alert's ``for:`` plus ``FULL_FOR_MARGIN_S``.
+
+    A full run keeps the pack's real ``for:`` durations (5, 10, 15 minutes), which the
+    default 120 s phase cannot hold: GPUProcessMemoryGrowth held its condition and was
+    failed for never firing. ``--fault-max`` given: the user's phase, as asked.
+    """
+    longest = max(_fault_max(config, s) for s in c.scenarios)
+    if config.quick or config.fault_max is not None:
+        return longest
+    holds = [
+        float(r.for_)
+        for g in stack.engine.groups
+        for r in g.alerting_rules
+        if r.alert in expect.alerts
+    ]
+    return max(longest, max(holds, default=0.0) + FULL_FOR_MARGIN_S)
 
 
 def _fault_max(config: ValidateConfig, s: Scenario) -> float:
