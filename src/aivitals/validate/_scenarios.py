@@ -55,7 +55,12 @@ def _redis() -> str | None:
 _LIST: tuple[Scenario, ...] = (
     Scenario(
         "gpu_memory_leak",
-        params={"mib_per_request": 16},
+        # full runs keep the pack's real for: (GPUProcessMemoryGrowth 10m after 1 GiB grew,
+        # GPUMemoryHigh 5m over 90 %): ~4 requests/s x 6 MiB grows 1 GiB in ~45 s, passes
+        # 90 % of the sim device at ~5.5 min and fills it at ~7 min, so the growth and the
+        # 5m delta it is read by last the 10 minutes (16 MiB filled it in 160 s and
+        # GPUProcessMemoryGrowth held only 7 of its 10 minutes)
+        params={"mib_per_request": 6},
         # ~4 requests/s x 48 MiB: 90% of the 24 GiB sim device (14 GiB weights) in ~40 s,
         # full ~13 s later: GPUMemoryHigh (for: 5 s in quick runs) fires before any OOM
         quick_params={"mib_per_request": 48},
@@ -93,7 +98,10 @@ _LIST: tuple[Scenario, ...] = (
     Scenario("cpu_burn"),
     Scenario(
         "process_memory_leak",
-        params={"mib_per_request": 8},
+        # full runs: ProcessMemoryGrowth holds 15m; ~4 requests/s x 0.75 MiB (3 MiB/s) is
+        # predicted past 90 % of a 24 GiB host within its 4h horizon and reaches only 3 GiB
+        # of the 4 GiB cap in the 17-minute phase (8 MiB hit the cap in ~2 minutes)
+        params={"mib_per_request": 0.75},
         quick_params={"mib_per_request": 24, "max_mib": 3072},
     ),
     Scenario("disk_io_saturation", quick_params={"size_mib": 1024, "jobs": 4}),
