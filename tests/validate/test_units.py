@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -435,3 +436,18 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for() -> None:
     oom = case("gpu_oom")
     oom_expect = _Expect.of([FAULT_TABLE["gpu_oom"]])
     assert _fault_phase(stack, ValidateConfig(), oom, oom_expect) == 120.0
+
+
+def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:
+    from types import SimpleNamespace
+
+    from aivitals.validate._runner import _recover_phase
+
+    def stack(**params: object) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(rule_params=params))
+
+    assert _recover_phase(stack(), ValidateConfig()) == 300.0 + 60.0  # the pack's 5m
+    assert _recover_phase(stack(rate_window="1m"), ValidateConfig()) == 180.0  # the phase's
+    assert _recover_phase(stack(rate_window="10m"), ValidateConfig()) == 660.0
+    assert _recover_phase(stack(), ValidateConfig(quick=True)) == 20.0
+    assert _recover_phase(stack(), ValidateConfig(recover_max=30.0)) == 30.0  # as asked

@@ -295,7 +295,7 @@ def _scenario(
 
     log_offset = _size(stack.service.log_path)
     fault_max = _fault_phase(stack, config, c, expect)
-    span = fault_max + config.phase("recover_max") + 60
+    span = fault_max + _recover_phase(stack, config) + 60
     t_fault = result.t_fault = time.time()
     # a fresh context for each: an earlier scenario may have replaced the stack's Redis
     actives = [
@@ -397,6 +397,24 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
         if r.alert in expect.alerts
     ]
     return max(longest, max(holds, default=0.0) + FULL_FOR_MARGIN_S)
+
+
+def _recover_phase(stack: Any, config: ValidateConfig) -> float:
+    """The longest wait for the alerts to resolve after the revert: ``recover_max``; in a
+    full run with the default phases, at least the pack's rate window plus a minute.
+
+    A full run's rules read ``rate(...[5m])`` and ``changes(...[5m])``: an alert holds
+    until its last event leaves that window, so a 180 s wait failed GPUXidError,
+    ModelReloaded and TimedOutWorkNotAborted for resolving on time (full run, 2026-12-01).
+    """
+    wait = config.phase("recover_max")
+    if config.quick or config.recover_max is not None:
+        return wait
+    from ..alerts import PackParams
+
+    window = stack.config.rule_params.get("rate_window", PackParams().rate_window)
+    seconds = promql_parser.parse_duration(str(window)).total_seconds()
+    return max(wait, seconds + 60.0)
 
 
 def _fault_max(config: ValidateConfig, s: Scenario) -> float:
@@ -889,7 +907,8 @@ def _recover(
     settle = 8.0 * stack.config.tick
     resolved_at: float | None = None
     still: set[str] = set()
-    while time.time() - t_rev < config.phase("recover_max"):
+    limit = _recover_phase(stack, config)
+    while time.time() - t_rev < limit:
         time.sleep(1.0)
         still = {a.alertname for a in stack.engine.active()} & watch
         if still:
