@@ -164,12 +164,16 @@ def validate(
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM / SIGHUP stop a run as Ctrl-C does: faults reverted, the partial report written."""
+    """Ctrl-C, SIGTERM and SIGHUP stop a run alike: faults reverted, the partial report
+    written. SIGINT is set too: a process started in the background by a shell without
+    job control inherits it ignored, and Python then never raises KeyboardInterrupt
+    (``kill -INT`` did nothing to a nohup'd validate once the chaos runner, which set it
+    itself, left the signals to validate)."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
