@@ -374,8 +374,8 @@ def _baseline(config: ValidateConfig, s: Scenario) -> float:
     return config.phase("baseline")
 
 
-#: a full run's fault phase beyond an expected alert's ``for:``: its 1-minute rate window
-#: filling, then the time the default phase gives a ``for: 0s`` alert
+#: a full run's fault phase beyond an expected alert's ``for:``: the time the default
+#: phase gives a ``for: 0s`` alert to see its condition hold (its rate window partly filled)
 FULL_FOR_MARGIN_S = 120.0
 
 
