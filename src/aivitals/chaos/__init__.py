@@ -22,7 +22,7 @@ from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, defa
 from ._procs import RUN_ENV, kill_tree, same_process, start_time
 from ._redis import keeps_title
 from ._registry import FAULTS, get_fault
-from ._runner import ActiveFault, ChaosRunner
+from ._runner import ActiveFault, ChaosRunner, interrupt_on_signals
 from ._table import FAULT_TABLE, FaultInfo
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "cleanup",
     "default_root",
     "get_fault",
+    "interrupt_on_signals",
     "keeps_title",
     "kill_tree",
     "replay",

@@ -19,7 +19,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -30,9 +30,41 @@ from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect
 from ._journal import CleanupReport, RunDir, cleanup, default_root
 from ._registry import get_fault
 
-__all__ = ["ActiveFault", "ChaosRunner"]
+__all__ = ["ActiveFault", "ChaosRunner", "interrupt_on_signals"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP all raise ``KeyboardInterrupt`` inside the block, so a
+    command that owns its signals (a ``ChaosRunner(handle_signals=False)`` under it)
+    unwinds through every ``finally``: faults reverted, reports written.
+
+    SIGINT is set too, not left to Python's default: a process started in the background
+    by a shell without job control (``nohup cmd &``, a CI step) inherits SIGINT *ignored*,
+    and Python then never raises ``KeyboardInterrupt`` for ``kill -INT``. The handlers
+    found on entry are restored on exit. Main thread only (``signal.signal`` refuses
+    others).
+
+    **Usage**::
+
+        with interrupt_on_signals():
+            try:
+                run()
+            except KeyboardInterrupt:
+                print("stopped")
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @dataclass

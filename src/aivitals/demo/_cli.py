@@ -11,13 +11,9 @@ agent) stops the demo with the reason and exit status 1.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import click
@@ -151,7 +147,9 @@ def demo(
         port=port,
         compressed=fault is not None if compressed_rules is None else compressed_rules,
     )
-    with _sigterm_as_interrupt():
+    from ..chaos import interrupt_on_signals
+
+    with interrupt_on_signals():
         try:
             _run(options)
         except KeyboardInterrupt:
@@ -172,21 +170,6 @@ class DemoOptions:
     embeddings_rate: float
     port: int | None
     compressed: bool
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM / SIGHUP unwind like Ctrl-C, so every finally block runs."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _run(opts: DemoOptions) -> None:

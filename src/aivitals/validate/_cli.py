@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -143,7 +139,9 @@ def validate(
         record=record,
     )
     report: Any
-    with _sigterm_as_interrupt():
+    from ..chaos import interrupt_on_signals
+
+    with interrupt_on_signals():
         if soak is not None:
             from ._soak import parse_soak_duration, run_soak
 
@@ -160,25 +158,6 @@ def validate(
         sys.exit(130)  # the shell's code for a job stopped by Ctrl-C
     if not report.passed:
         sys.exit(1)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP stop a run alike: faults reverted, the partial report
-    written. SIGINT is set too: a process started in the background by a shell without
-    job control inherits it ignored, and Python then never raises KeyboardInterrupt
-    (``kill -INT`` did nothing to a nohup'd validate once the chaos runner, which set it
-    itself, left the signals to validate)."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _params(raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:
