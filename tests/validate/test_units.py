@@ -451,3 +451,26 @@ def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:
     assert _recover_phase(stack(rate_window="10m"), ValidateConfig()) == 660.0
     assert _recover_phase(stack(), ValidateConfig(quick=True)) == 20.0
     assert _recover_phase(stack(), ValidateConfig(recover_max=30.0)) == 30.0  # as asked
+
+
+def test_a_full_run_warms_up_for_the_longest_usual_level_the_signatures_read() -> None:
+    """A full run's first case was judged against the stack's cold start: the signatures'
+    5-minute median "usual level" held only the 60 s baseline and the cold cache's ramp,
+    and the diagnosis lost cache_stampede 90 s into it (2026-12-01). The warm-up must
+    cover the longest such look-back, whatever the signatures come to read."""
+    import re
+
+    import promql_parser
+
+    import aivitals.diagnose
+    from aivitals.validate._runner import warm_up_seconds
+
+    yaml_dir = Path(aivitals.diagnose.__file__).parent / "signatures"
+    ranges = [
+        promql_parser.parse_duration(m).total_seconds()
+        for f in yaml_dir.glob("*.yaml")
+        for m in re.findall(r"\[(\d+[smhd]):", f.read_text())
+    ]
+    assert ranges, "no subquery look-back found: the test reads the wrong files"
+    assert warm_up_seconds(ValidateConfig()) >= max(ranges)
+    assert warm_up_seconds(ValidateConfig(quick=True)) == 15.0  # quick keeps its own
