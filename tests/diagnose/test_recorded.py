@@ -48,10 +48,13 @@ def test_the_fixtures_are_tuning_recordings() -> None:
     assert names and not names & held
 
 
-@pytest.mark.parametrize(("run", "name"), [("run8", "timeouts_not_aborting")])
+@pytest.mark.parametrize(
+    ("run", "name"), [("run8", "timeouts_not_aborting"), ("sweep8", "traffic_surge@moderate")]
+)
 def test_once_named_the_fault_stays_named(run: str, name: str) -> None:
     polls = _polls(run, name)
-    named = [after for after, top in polls if top == name]
+    fault = name.split("@")[0]  # a sweep's case is fault@severity
+    named = [after for after, top in polls if top == fault]
     assert named, polls
     later = [(after, top) for after, top in polls if after >= named[0]]
-    assert all(top == name for _, top in later), polls
+    assert all(top == fault for _, top in later), polls
