@@ -236,8 +236,11 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # the readiness probe's inference too
     "gpu_xid": ("GPUUtilizationLow", "ServiceNotReady"),
     # a slowed device is busy longer for the same work
-    # (and at 10x every worker waits on it: the pool fills and requests queue)
-    "gpu_contention": ("GPUUtilizationHigh", "WorkerPoolSaturated", "QueueWaitHigh"),
+    # (and at 10x every worker waits on it: the pool fills and requests queue); the
+    # co-tenant's own kernels fill the rest of the time, so a contended device sits at
+    # 100 % and GPUSMStuck's "runaway kernel" is the co-tenant's (paged at the sweep's
+    # moderate severity, 2026-12-01: min utilization >= 0.99 over its whole window)
+    "gpu_contention": ("GPUUtilizationHigh", "WorkerPoolSaturated", "QueueWaitHigh", "GPUSMStuck"),
     # requests wait while the GPU idles: the very symptom of these two
     "event_loop_blocked": (
         "GPUUtilizationLow",
