@@ -414,7 +414,7 @@ def test_impact_fails_only_for_a_fault_that_must_hurt_clients() -> None:
     assert _impact(calm, missing, _expect("network_latency")).ok is False
 
 
-def test_a_full_run_holds_the_fault_for_each_expected_alerts_for() -> None:
+def test_a_full_run_holds_the_fault_for_each_expected_alerts_for_and_rate_window() -> None:
     from types import SimpleNamespace
 
     from aivitals.chaos import FAULT_TABLE
@@ -424,18 +424,36 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for() -> None:
         SimpleNamespace(alert="GPUProcessMemoryGrowth", for_=600.0),
         SimpleNamespace(alert="GPUMemoryHigh", for_=300.0),
         SimpleNamespace(alert="HostCPUSaturated", for_=300.0),
+        SimpleNamespace(alert="DiskSaturated", for_=120.0),
+        SimpleNamespace(alert="GPUOutOfMemoryErrors", for_=0.0),
     ]
-    stack = SimpleNamespace(engine=SimpleNamespace(groups=[SimpleNamespace(alerting_rules=rules)]))
+
+    def stack(**params: str) -> Any:
+        return SimpleNamespace(
+            engine=SimpleNamespace(groups=[SimpleNamespace(alerting_rules=rules)]),
+            config=SimpleNamespace(rule_params=params),
+        )
+
     leak = case("gpu_memory_leak")
     expect = _Expect.of([FAULT_TABLE["gpu_memory_leak"]])
-    assert _fault_phase(stack, ValidateConfig(), leak, expect) == 600.0 + FULL_FOR_MARGIN_S
+    # the longest for: (10m) plus the pack's 5m rate window plus the margin
+    assert (
+        _fault_phase(stack(), ValidateConfig(), leak, expect) == 600.0 + 300.0 + FULL_FOR_MARGIN_S
+    )
+    # DiskSaturated averages a busy share over the rate window: 2m + 5m + margin, not 240 s
+    disk = case("disk_io_saturation")
+    disk_expect = _Expect.of([FAULT_TABLE["disk_io_saturation"]])
+    assert _fault_phase(stack(), ValidateConfig(), disk, disk_expect) == 120.0 + 300.0 + 120.0
+    assert _fault_phase(stack(rate_window="1m"), ValidateConfig(), disk, disk_expect) == 300.0
     # quick runs divide for: by 60 and keep their phase; a --fault-max given is the user's
-    assert _fault_phase(stack, ValidateConfig(quick=True), leak, expect) == 60.0  # its own
-    assert _fault_phase(stack, ValidateConfig(fault_max=90.0), leak, expect) == 90.0
-    # an alert with a short for: keeps the default phase
-    oom = case("gpu_oom")
-    oom_expect = _Expect.of([FAULT_TABLE["gpu_oom"]])
-    assert _fault_phase(stack, ValidateConfig(), oom, oom_expect) == 120.0
+    assert _fault_phase(stack(), ValidateConfig(quick=True), leak, expect) == 60.0  # its own
+    assert _fault_phase(stack(), ValidateConfig(fault_max=90.0), leak, expect) == 90.0
+    # a fault no alert expects keeps the default phase
+    unknown = case("thread_leak")
+    assert (
+        _fault_phase(stack(), ValidateConfig(), unknown, _Expect.of([FAULT_TABLE["thread_leak"]]))
+        == 120.0
+    )
 
 
 def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:

@@ -391,11 +391,17 @@ FULL_FOR_MARGIN_S = 120.0
 
 def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -> float:
     """The longest fault phase of a case: the scenarios' own; in a full run with the
-    default phases, at least each expected alert's ``for:`` plus ``FULL_FOR_MARGIN_S``.
+    default phases, at least each expected alert's ``for:`` plus the pack's rate window
+    plus ``FULL_FOR_MARGIN_S``.
 
     A full run keeps the pack's real ``for:`` durations (5, 10, 15 minutes), which the
     default 120 s phase cannot hold: GPUProcessMemoryGrowth held its condition and was
-    failed for never firing. ``--fault-max`` given: the user's phase, as asked.
+    failed for never firing. Nor can ``for:`` alone: a condition on a share averaged over
+    the rate window (DiskSaturated's busy share over 5m > 0.95) holds only once the fault
+    fills most of that window, so a 240 s phase read a saturated disk as 0.80 busy (full
+    run, 2026-12-01). The phase ends as soon as the alerts fired and the diagnosis held,
+    so the longer bound costs only the cases that miss. ``--fault-max`` given: the
+    user's phase, as asked.
     """
     longest = max(_fault_max(config, s) for s in c.scenarios)
     if config.quick or config.fault_max is not None:
@@ -406,7 +412,17 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
         for r in g.alerting_rules
         if r.alert in expect.alerts
     ]
-    return max(longest, max(holds, default=0.0) + FULL_FOR_MARGIN_S)
+    if not holds:
+        return longest
+    return max(longest, max(holds) + _rate_window_s(stack) + FULL_FOR_MARGIN_S)
+
+
+def _rate_window_s(stack: Any) -> float:
+    """The stack's rule-pack rate window, seconds (its own ``rate_window`` or the pack's)."""
+    from ..alerts import PackParams
+
+    window = stack.config.rule_params.get("rate_window", PackParams().rate_window)
+    return float(promql_parser.parse_duration(str(window)).total_seconds())
 
 
 def _recover_phase(stack: Any, config: ValidateConfig) -> float:
@@ -420,11 +436,7 @@ def _recover_phase(stack: Any, config: ValidateConfig) -> float:
     wait = config.phase("recover_max")
     if config.quick or config.recover_max is not None:
         return wait
-    from ..alerts import PackParams
-
-    window = stack.config.rule_params.get("rate_window", PackParams().rate_window)
-    seconds = promql_parser.parse_duration(str(window)).total_seconds()
-    return max(wait, seconds + 60.0)
+    return max(wait, _rate_window_s(stack) + 60.0)
 
 
 def _fault_max(config: ValidateConfig, s: Scenario) -> float:
