@@ -232,7 +232,8 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # a leak left running fills the device, and then allocations fail: at the full run's
     # 6 MiB a request the device passed 90 % and requests' KV reservations began to fail
     # before GPUMemoryHigh's 5-minute for: had run (18 % CUDA_OOM, full runs 1 and 3,
-    # 2026-12-01); any leak fast enough to be caught within a run ends there
+    # 2026-12-01); a leak fast enough to pass 90 % within the phase reaches the top of
+    # the device before that for: ends
     "gpu_memory_leak": ("GPUOutOfMemoryErrors",),
     # over-long inputs are slow to process before they fail, and fill the device
     "gpu_oom": ("GPUMemoryHigh", "InferenceLatencyHigh", "HostCPUSaturated"),
