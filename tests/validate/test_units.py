@@ -492,3 +492,33 @@ def test_a_full_run_warms_up_for_the_longest_usual_level_the_signatures_read() -
     assert ranges, "no subquery look-back found: the test reads the wrong files"
     assert warm_up_seconds(ValidateConfig()) >= max(ranges)
     assert warm_up_seconds(ValidateConfig(quick=True)) == 15.0  # quick keeps its own
+
+
+def test_a_periodic_full_run_fault_holds_long_enough_for_its_alerts_for() -> None:
+    """gpu_cotenant's batch job took the memory 5 s of every 10 in a full run, so
+    GPUMemoryHigh (for: 5m) held its condition and never fired: a periodic fault's
+    full-run "on" time must outlast each expected alert's ``for:``."""
+    import promql_parser
+    import yaml
+
+    import aivitals.alerts
+    from aivitals.chaos import FAULT_TABLE, FAULTS
+
+    pack = Path(aivitals.alerts.__file__).parent / "rules" / "aivitals-rules.yml"
+
+    def seconds(text: str) -> float:
+        return 0.0 if text in ("0", "0s") else promql_parser.parse_duration(text).total_seconds()
+
+    fors = {
+        r["alert"]: seconds(str(r.get("for", "0s")))
+        for g in yaml.safe_load(pack.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    periodic = [s for s in SCENARIOS.values() if "on_seconds" in FAULTS[s.fault].params]
+    assert periodic, "no periodic fault found: the test reads the wrong parameters"
+    for s in periodic:
+        # the scenario's full-run value, else the fault's own default
+        on = s.params.get("on_seconds", FAULTS[s.fault].params["on_seconds"][0])
+        longest = max(fors[a] for a in FAULT_TABLE[s.fault].alerts)
+        assert on > longest, (s.fault, on, longest)
