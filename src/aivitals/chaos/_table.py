@@ -258,6 +258,9 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
         # the loop admits requests it cannot hand on: the admission queue grew to 11-13 in
         # strict runs 7 and 8 and past the pack's limit of 20 in a CI run, which paged
         "QueueBacklog",
+        # ... and the requests in it wait: QueueWaitHigh paged in the full-length run
+        # (run 3, 2026-12-01), as it does for a saturated pool or a surge
+        "QueueWaitHigh",
     ),
     # stuck workers fill the admission queue, which then refuses with 429 (the admission
     # control doing its job): paged at the sweep's moderate severity (2026-12-01)
