@@ -498,23 +498,10 @@ def test_a_periodic_full_run_fault_holds_long_enough_for_its_alerts_for() -> Non
     """gpu_cotenant's batch job took the memory 5 s of every 10 in a full run, so
     GPUMemoryHigh (for: 5m) held its condition and never fired: a periodic fault's
     full-run "on" time must outlast each expected alert's ``for:``."""
-    import promql_parser
-    import yaml
-
-    import aivitals.alerts
+    from aivitals.alerts import default_pack
     from aivitals.chaos import FAULT_TABLE, FAULTS
 
-    pack = Path(aivitals.alerts.__file__).parent / "rules" / "aivitals-rules.yml"
-
-    def seconds(text: str) -> float:
-        return 0.0 if text in ("0", "0s") else promql_parser.parse_duration(text).total_seconds()
-
-    fors = {
-        r["alert"]: seconds(str(r.get("for", "0s")))
-        for g in yaml.safe_load(pack.read_text())["groups"]
-        for r in g["rules"]
-        if "alert" in r
-    }
+    fors = {r.alert: float(r.for_) for g in default_pack().groups for r in g.alerting_rules}
     periodic = [s for s in SCENARIOS.values() if "on_seconds" in FAULTS[s.fault].params]
     assert periodic, "no periodic fault found: the test reads the wrong parameters"
     for s in periodic:
