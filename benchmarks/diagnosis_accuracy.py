@@ -8,7 +8,10 @@ end of the fault phase (``t_revert``; a soak's end), over ``max(30 s, t_revert -
 t_baseline)``, at the run's tick, with the agent's events and the alerts fired by
 then. Scored by kind:
 
-- fault: top1 = the expected signature first (and its layer); top3 = in the first three;
+- fault: top1 = the expected signature first (and its layer); top3 = in the first three.
+  A one-time event (the fault table's ``event``: cold_start) has passed before its phase
+  ends; as validate judges it, a diagnosis that named it and then went quiet (nothing at
+  high confidence) counts for top1 too (``heldout_top1_at_end``: the end alone);
 - pair: top3 = both signatures in the first three; top1 = that, and one of them first;
 - soak: healthy = no finding at or above HIGH_CONFIDENCE, at every poll the soak asked
   (its label's ``polls``; the whole soak at once for a label without them);
@@ -17,6 +20,11 @@ then. Scored by kind:
   fault phase, as validate asks it: top1 = its top layer is the expected one and a
   suspect metric is in its top three (validate's pass); top3 = a suspect in the top
   three (``rank_top3``, rank_changes' own figure on the recordings).
+
+Every fault, pair and unknown recording is also replayed at validate's diagnosis polls
+(``poll_times``) and judged with validate's own rule (``judge_polls``): named at some
+poll and on every poll after (``stable``; ``heldout_stable``, ``recorded_stable``), the
+stability the top-1 at one moment does not show.
 
 A recording whose data is unfit (gaps, missing families: ``Recording.problems``) is
 listed with its problems and left out of every figure (``recorded_excluded``).
@@ -63,9 +71,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.diagnose import _corpus as corpus  # noqa: E402
 
+from aivitals.chaos import FAULT_TABLE  # noqa: E402
 from aivitals.diagnose import HIGH_CONFIDENCE, diagnose, rank_changes  # noqa: E402
 from aivitals.tsdb import Store  # noqa: E402
-from aivitals.validate import Recording, load_recordings  # noqa: E402
+from aivitals.validate import Recording, ValidateConfig, load_recordings  # noqa: E402
+from aivitals.validate._record import MIN_DIAGNOSIS_WINDOW  # noqa: E402
+from aivitals.validate._runner import Poll, judge_polls, poll_times  # noqa: E402
 
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200" / "scenarios.csv"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -201,10 +212,8 @@ def score_recording(rec: Recording) -> dict[str, Any]:
     expected = list(label["expected"])
     if rec.kind == "fault":
         rank = found.index(expected[0]) if expected[0] in found else None
-        layer = label.get("layer")
-        top_layer = str(d.findings[0].layer).lower() if d.findings else None
         row["rank"] = rank
-        row["top1"] = rank == 0 and (layer is None or top_layer == layer)
+        row["top1"] = _fault_matches(d, expected[0], label.get("layer"))
         row["top3"] = rank is not None and rank < 3
     elif rec.kind == "pair":
         both = set(expected) <= set(found[:3])
@@ -223,20 +232,77 @@ def score_recording(rec: Recording) -> dict[str, Any]:
             row["polls_healthy"] = f"{healthy}/{len(rec.polls)}"
         row["high_confidence"] = sorted(set(high))
         row["top1"] = row["top3"] = not high
+        row["top1_at_end"] = row["stable"] = row["top1"]  # judged at its polls already
     else:  # unknown: the generic ranking, asked as validate asks it
-        t_fault = float(label["t_fault"])
-        ranking = rank_changes(
-            store, baseline=(float(label["t_baseline"]), t_fault), incident=(t_fault, end)
-        )
-        top3 = [c.metric for c in ranking.changes[:3]]
-        hit = bool(set(top3) & set(rec.suspects))
+        hit, layer_ok, ranking = _unknown_matches(rec, store, end)
         row["expected"] = [f"layer {label['layer']}", *rec.suspects]
         row["rank_top"] = [f"{c.metric} ({c.layer})" for c in ranking.changes[:3]]
         row["rank_layer"] = ranking.top_layer
-        row["top1"] = hit and ranking.top_layer == label["layer"]
+        row["top1"] = hit and layer_ok
         row["top3"] = hit
+    if rec.kind != "soak":
+        _judge_polls(rec, row, diagnose_at, store)
     row["seconds"] = round(time.perf_counter() - t0, 2)
     return row
+
+
+def _fault_matches(d: Any, expected: str, layer: object) -> bool:
+    """validate's match for a single fault: its signature first, in its layer."""
+    if not d.findings:
+        return False
+    top = d.findings[0]
+    return bool(top.signature == expected and (layer is None or str(top.layer).lower() == layer))
+
+
+def _unknown_matches(rec: Recording, store: Any, end: float) -> tuple[bool, bool, Any]:
+    """validate's match for a fault no signature knows: (a suspect in rank_changes' top
+    three, its top layer the expected one, the ranking)."""
+    label = rec.label
+    t_fault = float(label["t_fault"])
+    ranking = rank_changes(
+        store, baseline=(float(label["t_baseline"]), t_fault), incident=(t_fault, end)
+    )
+    top3 = [c.metric for c in ranking.changes[:3]]
+    return bool(set(top3) & set(rec.suspects)), ranking.top_layer == label["layer"], ranking
+
+
+def _judge_polls(rec: Recording, row: dict[str, Any], diagnose_at: Any, store: Any) -> None:
+    """Replay validate's diagnosis polls over the fault phase and judge them with its rule
+    (``judge_polls``): named at some poll and on every poll after (``stable``).
+
+    A one-time event (the fault table's ``event``: cold_start) is over before its phase
+    ends: validate passes a diagnosis that named it and then went quiet (nothing at high
+    confidence), so top1 counts that too (``top1_at_end`` keeps the answer at the end
+    alone). For every other kind top1 stays the answer at the end of the fault phase."""
+    label = rec.label
+    quick = bool(label.get("quick"))
+    settings = label.get("diagnosis") or {}
+    least = float(settings.get("min_window_s", MIN_DIAGNOSIS_WINDOW))
+    t_base, t_fault = float(label["t_baseline"]), float(label["t_fault"])
+    end, _ = rec.diagnosis_window()
+    expected = list(label["expected"])
+    polls = []
+    for t in poll_times(t_fault, end, ValidateConfig(quick=quick)):
+        if rec.kind == "unknown":
+            hit, layer_ok, _ranking = _unknown_matches(rec, store, t)
+            polls.append(Poll(t - t_fault, hit and layer_ok, "", quiet=False))
+            continue
+        d = diagnose_at(t, max(least, t - t_base))
+        if rec.kind == "pair":
+            matched = set(expected) <= {f.signature for f in d.findings[:3]}
+        else:
+            matched = _fault_matches(d, expected[0], label.get("layer"))
+        quiet = not any(f.confidence >= HIGH_CONFIDENCE for f in d.findings)
+        polls.append(Poll(t - t_fault, matched, "", quiet=quiet))
+    event = rec.kind == "fault" and all(
+        FAULT_TABLE[f].event for f in label["faults"] if f in FAULT_TABLE
+    )
+    verdict = judge_polls(polls, event)
+    row["stable"] = verdict.passed
+    row["polls_agreed"] = f"{verdict.agreed}/{verdict.after}" if verdict.after else "0/0"
+    row["top1_at_end"] = row["top1"]
+    if event and not row["top1"]:
+        row["top1"] = verdict.passed and polls[-1].quiet
 
 
 def _share(rows: Sequence[dict[str, Any]], key: str) -> float:
@@ -279,6 +345,12 @@ def _recorded_figures(
         "heldout_top3": _share(held, "top3"),
         "tuning_n": len(tune),
         "tuning_top1": _share(tune, "top1"),
+        # the answer at the end of the fault phase alone (a one-time event that went quiet
+        # after it was named counts as a miss here), and validate's whole poll rule
+        "heldout_top1_at_end": _share(held, "top1_at_end"),
+        "heldout_stable": _share(held, "stable"),
+        "tuning_stable": _share(tune, "stable"),
+        "recorded_stable": _share(usable, "stable"),
         "by_kind": {
             k: {"n": len(v), "top1": _share(v, "top1"), "top3": _share(v, "top3")}
             for k, v in kinds.items()
@@ -391,6 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"held-out {r['heldout_n']} top1={_f(r['heldout_top1'])}; tuning {r['tuning_n']} "
         f"top1={_f(r['tuning_top1'])}; {r['recorded_mb']} MB, largest {r['largest_kb']} KB"
     )
+    print(
+        f"  held-out top1 at the end alone={_f(r['heldout_top1_at_end'])}; validate's poll "
+        f"rule (named, then every poll after): held-out={_f(r['heldout_stable'])} "
+        f"tuning={_f(r['tuning_stable'])} all={_f(r['recorded_stable'])}"
+    )
     for kind, k in r["by_kind"].items():
         if k["n"]:
             print(f"  {kind:<8} n={k['n']:<3} top1={_f(k['top1'])} top3={_f(k['top3'])}")
@@ -411,6 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"false_findings={ff} diagnose_5k_s={t5k:.3f} recorded_n={r['recorded_n']} "
         f"recorded_top1={_f(r['recorded_top1'])} recorded_top3={_f(r['recorded_top3'])} "
         f"heldout_n={r['heldout_n']} heldout_top1={_f(r['heldout_top1'])} "
+        f"heldout_top1_at_end={_f(r['heldout_top1_at_end'])} "
+        f"heldout_stable={_f(r['heldout_stable'])} recorded_stable={_f(r['recorded_stable'])} "
         f"tuning_top1={_f(r['tuning_top1'])} synthetic_top1={_f(top1)} "
         f"rank_top3={_f(r['rank_top3'])} recorded_excluded={r['recorded_excluded']} "
         f"recorded_mb={r['recorded_mb']}"

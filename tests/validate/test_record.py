@@ -452,3 +452,43 @@ def test_soak_pair_and_unknown_labels(tmp_path: Path, leak: tuple[Store, Any]) -
     assert soak.kind == "soak" and soak.diagnosis_window() == (sc.end, sc.end - sc.start - 70)
     assert pair.name == "pair-a+b" and pair.kind == "pair"
     assert unknown.kind == "unknown" and unknown.suspects == ("service_process_threads",)
+
+
+def _accuracy_benchmark() -> Any:
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root))  # the benchmark imports tests.diagnose._corpus
+    spec = importlib.util.spec_from_file_location(
+        "diagnosis_accuracy", root / "benchmarks" / "diagnosis_accuracy.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("name", "event"), [("cold_start@moderate", True), ("redis_down+traffic_surge", False)]
+)
+def test_the_accuracy_benchmark_judges_a_recording_as_validate_does(
+    tmp_path: Path, name: str, event: bool
+) -> None:
+    """Replayed at validate's polls and judged with its rule: a cold start named and then
+    quiet (its load paid, nothing at high confidence) counts, as validate counts it; the
+    answer at the end alone (``top1_at_end``) is kept beside it. Both recordings are of
+    the tuning half (``benchmarks/recordings/HELDOUT.txt``)."""
+    bench = _accuracy_benchmark()
+    assert bench.split_of(name) == "tuning"
+    src = Path(bench.RECORDINGS)
+    for suffix in (".json", SNAPSHOT_SUFFIX):
+        (tmp_path / f"{name}{suffix}").write_bytes((src / f"{name}{suffix}").read_bytes())
+    [rec] = load_recordings(tmp_path)
+    row = bench.score_recording(rec)
+    assert row["stable"] is True, row
+    if event:
+        # the end of the phase is 14 s past the reload: the answer there names nothing
+        assert row["top1_at_end"] is False and row["top1"] is True, row
+    else:
+        assert row["top1"] == row["top1_at_end"] is True, row

@@ -337,39 +337,57 @@ def test_an_unlisted_paging_alert_fails_the_case() -> None:
 
 
 def test_the_diagnosis_must_hold_on_every_poll_after_it_first_names_the_fault() -> None:
-    from aivitals.validate._runner import _diagnosis_check, _Poll, _Watched
+    from aivitals.validate._runner import Poll, _diagnosis_check, _Watched
 
     expect = _expect("gpu_oom")
-    w = _Watched(polls=[_Poll(5, False, "nothing"), _Poll(8, True, "gpu_oom 0.7")])
-    w.polls += [_Poll(11, True, "gpu_oom 0.7"), _Poll(14, True, "gpu_oom 0.8")]
+    w = _Watched(polls=[Poll(5, False, "nothing"), Poll(8, True, "gpu_oom 0.7")])
+    w.polls += [Poll(11, True, "gpu_oom 0.7"), Poll(14, True, "gpu_oom 0.8")]
     ok = _diagnosis_check(w, expect)
     assert ok.ok is True and ok.data["stable_share"] == 1.0 and ok.data["after_s"] == 8
-    w.polls.append(_Poll(17, False, "traffic_surge 0.9"))
+    w.polls.append(Poll(17, False, "traffic_surge 0.9"))
     flipped = _diagnosis_check(w, expect)
     assert flipped.ok is False and flipped.data["stable_share"] == 0.75
     assert "then traffic_surge 0.9 at 17 s (3 of 4 polls agreed)" in flipped.text
-    never = _diagnosis_check(_Watched(polls=[_Poll(5, False, "cpu_burn 0.9")]), expect)
+    never = _diagnosis_check(_Watched(polls=[Poll(5, False, "cpu_burn 0.9")]), expect)
     assert never.ok is False and "never named gpu_oom" in never.text
 
 
 def test_after_a_one_time_event_a_quiet_diagnosis_agrees_and_another_fault_does_not() -> None:
-    from aivitals.validate._runner import _diagnosis_check, _Poll, _Watched
+    from aivitals.validate._runner import Poll, _diagnosis_check, _Watched
 
     # cold_start is an event: the load is paid, the service warm again, nothing to name
     event = _expect("cold_start")
     assert event.event and not _expect("gpu_oom").event
-    named = [_Poll(5, True, "cold_start 0.9"), _Poll(8, True, "cold_start 0.8")]
-    over = _Watched(polls=[*named, _Poll(11, False, "anomaly_service 0.45", quiet=True)])
+    named = [Poll(5, True, "cold_start 0.9"), Poll(8, True, "cold_start 0.8")]
+    over = _Watched(polls=[*named, Poll(11, False, "anomaly_service 0.45", quiet=True)])
     ok = _diagnosis_check(over, event)
     assert ok.ok is True and ok.data["quiet_after_event"] == 1, ok.text
     assert "after the one-time event had passed" in ok.text
     # quiet, then another fault named: a flip, and the quiet poll before it does not count
-    other = _Watched(polls=[*over.polls, _Poll(14, False, "cpu_burn 0.8")])
+    other = _Watched(polls=[*over.polls, Poll(14, False, "cpu_burn 0.8")])
     flipped = _diagnosis_check(other, event)
     assert flipped.ok is False and flipped.data["stable_share"] == 0.5, flipped.text
     # an ongoing fault that goes quiet was lost, not over
-    lost = _Watched(polls=[_Poll(5, True, "gpu_oom 0.9"), _Poll(8, False, "nothing", quiet=True)])
+    lost = _Watched(polls=[Poll(5, True, "gpu_oom 0.9"), Poll(8, False, "nothing", quiet=True)])
     assert _diagnosis_check(lost, _expect("gpu_oom")).ok is False
+
+
+def test_a_replay_polls_when_the_live_run_did_and_judges_with_the_same_rule() -> None:
+    from aivitals.validate import ValidateConfig
+    from aivitals.validate._runner import Poll, judge_polls, poll_times
+
+    quick = ValidateConfig(quick=True)
+    # from fault_min (5 s) every 3 s, and at the end when the last poll is > 1.5 s before it
+    assert poll_times(100.0, 120.0, quick) == [105.0, 108.0, 111.0, 114.0, 117.0, 120.0]
+    assert poll_times(100.0, 118.0, quick) == [105.0, 108.0, 111.0, 114.0, 117.0]
+    assert poll_times(100.0, 103.0, quick) == [103.0]  # a phase shorter than fault_min
+    assert poll_times(0.0, 60.0, ValidateConfig(quick=False)) == [30.0, 40.0, 50.0, 60.0]
+    named, quiet = Poll(5, True, "cold_start 0.8"), Poll(8, False, "anomaly 0.3", quiet=True)
+    assert judge_polls([named, quiet], event=True).passed
+    assert not judge_polls([named, quiet], event=False).passed
+    assert not judge_polls([quiet], event=True).passed  # never named: not "over", missed
+    flip = judge_polls([named, quiet, Poll(11, False, "cpu_burn 0.8")], event=True)
+    assert not flip.passed and flip.flip is not None and flip.flip.after_s == 8
 
 
 def test_a_pair_needs_both_signatures_in_the_top_three() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,15 @@ from ._record import MIN_DIAGNOSIS_WINDOW, QUICK_MIN_WINDOW
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
 
-__all__ = ["LOG_FIELDS", "cases_of", "run_validate"]
+__all__ = [
+    "LOG_FIELDS",
+    "Poll",
+    "PollVerdict",
+    "cases_of",
+    "judge_polls",
+    "poll_times",
+    "run_validate",
+]
 
 #: the structured fields every error log line must carry (DOMAIN section 6)
 LOG_FIELDS = ("request_id", "model_version", "input_token_count", "gpu_device_id", "error_code")
@@ -490,7 +498,7 @@ class _Expect:
 
 
 @dataclass(frozen=True, slots=True)
-class _Poll:
+class Poll:
     """One look at the diagnosis during the fault: seconds after the injection,
     whether it named what the case expects, and what it named."""
 
@@ -504,7 +512,7 @@ class _Poll:
 @dataclass(slots=True)
 class _Watched:
     fired: dict[str, float] = field(default_factory=dict)
-    polls: list[_Poll] = field(default_factory=list)
+    polls: list[Poll] = field(default_factory=list)
     #: the last diagnosis (or the exception it raised)
     diagnosis: Any = None
 
@@ -524,6 +532,22 @@ STABLE_POLLS = 3
 
 def _poll_every(config: ValidateConfig) -> float:
     return 3.0 if config.quick else 10.0
+
+
+def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float]:
+    """When ``_watch`` asks the diagnosis during a fault phase that ran from ``t_fault``
+    to ``end``: from ``fault_min`` on, every ``_poll_every``, and once more at the end
+    when the last poll was more than 1.5 s before it. A replay of a recording asks at
+    these times (each live poll also waits for the previous one's diagnosis, so live
+    polls drift later by its duration)."""
+    times: list[float] = []
+    t = t_fault + config.phase("fault_min")
+    while t < end:
+        times.append(t)
+        t += _poll_every(config)
+    if not times or end - times[-1] > 1.5:
+        times.append(end)
+    return times
 
 
 def _watch(
@@ -576,7 +600,7 @@ def _poll(
     quiet = not isinstance(w.diagnosis, Exception) and not any(
         f.confidence >= HIGH_CONFIDENCE for f in findings
     )
-    w.polls.append(_Poll(now - t_fault, matched, named, quiet))
+    w.polls.append(Poll(now - t_fault, matched, named, quiet))
 
 
 def _named(diagnosis: Any) -> str:
@@ -792,12 +816,58 @@ def _also_fired(stack: Any, expect: _Expect, t_fault: float) -> Check | None:
     return Check("other_alerts", False if false else None, "; ".join(parts), data)
 
 
+@dataclass(frozen=True, slots=True)
+class PollVerdict:
+    """validate's judgment of a case's diagnosis polls (``judge_polls``)."""
+
+    #: index of the first poll that named what the case expects; None: none did
+    first: int | None
+    #: polls from the first match on that agreed (named it, or quiet after an event)
+    agreed: int
+    #: polls from the first match on
+    after: int
+    #: of ``agreed``, the polls that named nothing after a one-time event had passed
+    quiet_after: int
+    #: the first poll after the first match that did not agree
+    flip: Poll | None
+
+    @property
+    def passed(self) -> bool:
+        return self.first is not None and self.agreed == self.after
+
+    @property
+    def share(self) -> float:
+        return self.agreed / self.after if self.after else 0.0
+
+
+def judge_polls(polls: Sequence[Poll], event: bool) -> PollVerdict:
+    """The diagnosis must name the fault at some poll and on every poll after it.
+
+    A one-time event (``event``) that has passed may go quiet: a later poll that names
+    nothing at high confidence agrees, but only once the diagnosis has stayed quiet (a
+    named fault after that is a flip again). ``benchmarks/diagnosis_accuracy.py`` judges
+    replayed polls of a recording with this same rule.
+    """
+    first = next((i for i, p in enumerate(polls) if p.matched), None)
+    if first is None:
+        return PollVerdict(None, 0, 0, 0, None)
+    after = list(polls[first:])
+    over = [
+        event and not p.matched and p.quiet and all(q.quiet for q in after[i:] if not q.matched)
+        for i, p in enumerate(after)
+    ]
+    agreed = sum(p.matched or o for p, o in zip(after, over, strict=True))
+    flip = next((p for p, o in zip(after, over, strict=True) if not (p.matched or o)), None)
+    return PollVerdict(first, agreed, len(after), sum(over), flip)
+
+
 def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
     """The diagnosis named what the case expects, and kept naming it on every poll after."""
-    first = w.first_match
     polls = [{"after_s": round(p.after_s, 1), "matched": p.matched, "named": p.named,
               "quiet": p.quiet} for p in w.polls]  # fmt: skip
     data: dict[str, Any] = {"polls": polls, "expected": expect.describe()}
+    verdict = judge_polls(w.polls, expect.event)
+    first = verdict.first
     if isinstance(w.diagnosis, Exception) and first is None:
         text = f"the diagnosis failed: {type(w.diagnosis).__name__}: {w.diagnosis}"
         return Check("diagnosis", False, text, data)
@@ -807,38 +877,31 @@ def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
             f"the diagnosis never named {expect.describe()} in {len(w.polls)} polls; last: {last}"
         )
         return Check("diagnosis", False, text, data)
-    after = w.polls[first:]
-    # a one-time event over: a later poll that names nothing agrees, but only once the
-    # diagnosis has gone quiet (a named fault after that is a flip again)
-    over = [
-        expect.event
-        and not p.matched
-        and p.quiet
-        and all(q.quiet for q in after[i:] if not q.matched)
-        for i, p in enumerate(after)
-    ]
-    agreed = sum(p.matched or o for p, o in zip(after, over, strict=True))
-    share = agreed / len(after)
     t_first = w.polls[first].after_s
-    data.update(after_s=t_first, stable_share=share, polls_after=len(after), top=w.polls[-1].named)
-    quiet_after = sum(over)
-    if quiet_after:
-        data["quiet_after_event"] = quiet_after
-    if share < 1.0:
-        flip = next(p for p, o in zip(after, over, strict=True) if not (p.matched or o))
+    data.update(
+        after_s=t_first,
+        stable_share=verdict.share,
+        polls_after=verdict.after,
+        top=w.polls[-1].named,
+    )
+    if verdict.quiet_after:
+        data["quiet_after_event"] = verdict.quiet_after
+    if verdict.flip is not None:
+        flip = verdict.flip
         text = (
             f"the diagnosis named {expect.describe()} {t_first:.0f} s after the fault, then "
-            f"{flip.named} at {flip.after_s:.0f} s ({agreed} of {len(after)} polls agreed)"
+            f"{flip.named} at {flip.after_s:.0f} s ({verdict.agreed} of {verdict.after} "
+            "polls agreed)"
         )
         return Check("diagnosis", False, text, data)
     text = (
         f"diagnosis: {expect.describe()} {t_first:.0f} s after the fault and on every poll "
-        f"after ({len(after)} of {len(after)}); last: {w.polls[-1].named}"
+        f"after ({verdict.after} of {verdict.after}); last: {w.polls[-1].named}"
     )
-    if quiet_after:
+    if verdict.quiet_after:
         text += (
-            f" ({quiet_after} of them after the one-time event had passed, naming nothing "
-            "at high confidence)"
+            f" ({verdict.quiet_after} of them after the one-time event had passed, naming "
+            "nothing at high confidence)"
         )
     return Check("diagnosis", True, text, data)
 
