@@ -294,9 +294,8 @@ def _judge_polls(rec: Recording, row: dict[str, Any], diagnose_at: Any, store: A
             matched = _fault_matches(d, expected[0], label.get("layer"))
         quiet = not any(f.confidence >= HIGH_CONFIDENCE for f in d.findings)
         polls.append(Poll(t - t_fault, matched, "", quiet=quiet))
-    event = rec.kind == "fault" and all(
-        FAULT_TABLE[f].event for f in label["faults"] if f in FAULT_TABLE
-    )
+    faults = [FAULT_TABLE.get(f) for f in label.get("faults", ())]
+    event = rec.kind == "fault" and bool(faults) and all(i is not None and i.event for i in faults)
     verdict = judge_polls(polls, event)
     row["stable"] = verdict.passed
     row["polls_agreed"] = f"{verdict.agreed}/{verdict.after}" if verdict.after else "0/0"
