@@ -439,24 +439,26 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for_and_rate_window
     from aivitals.validate._runner import FULL_FOR_MARGIN_S, _Expect, _fault_phase
 
     rules = [
-        SimpleNamespace(alert="GPUProcessMemoryGrowth", for_=600.0),
-        SimpleNamespace(alert="GPUMemoryHigh", for_=300.0),
-        SimpleNamespace(alert="HostCPUSaturated", for_=300.0),
-        SimpleNamespace(alert="DiskSaturated", for_=120.0),
-        SimpleNamespace(alert="GPUOutOfMemoryErrors", for_=0.0),
+        SimpleNamespace(alert="GPUProcessMemoryGrowth", for_=600.0, expr="leak:deriv > 2e6"),
+        SimpleNamespace(alert="GPUMemoryHigh", for_=300.0, expr="used / total > 0.9"),
+        SimpleNamespace(alert="HostCPUSaturated", for_=300.0, expr="busy > 0.9"),
+        SimpleNamespace(alert="DiskSaturated", for_=120.0, expr="io > 0.95"),
+        SimpleNamespace(alert="GPUOutOfMemoryErrors", for_=0.0, expr="ooms > 0"),
     ]
+    records = [SimpleNamespace(record="leak:deriv", expr="deriv(used[30m])")]
 
     def stack(**params: str) -> Any:
+        group = SimpleNamespace(alerting_rules=rules, recording_rules=records)
         return SimpleNamespace(
-            engine=SimpleNamespace(groups=[SimpleNamespace(alerting_rules=rules)]),
-            config=SimpleNamespace(rule_params=params),
+            engine=SimpleNamespace(groups=[group]), config=SimpleNamespace(rule_params=params)
         )
 
     leak = case("gpu_memory_leak")
     expect = _Expect.of([FAULT_TABLE["gpu_memory_leak"]])
-    # the longest for: (10m) plus the pack's 5m rate window plus the margin
+    # the longest for: (10m) plus the 30m its growth is fitted over (through the recording
+    # rule), longer than the pack's 5m rate window, plus the margin
     assert (
-        _fault_phase(stack(), ValidateConfig(), leak, expect) == 600.0 + 300.0 + FULL_FOR_MARGIN_S
+        _fault_phase(stack(), ValidateConfig(), leak, expect) == 600.0 + 1800.0 + FULL_FOR_MARGIN_S
     )
     # DiskSaturated averages a busy share over the rate window: 2m + 5m + margin, not 240 s
     disk = case("disk_io_saturation")
@@ -472,6 +474,29 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for_and_rate_window
         _fault_phase(stack(), ValidateConfig(), unknown, _Expect.of([FAULT_TABLE["thread_leak"]]))
         == 120.0
     )
+
+
+def test_the_longest_range_an_alert_reads_up_to_now() -> None:
+    from aivitals.validate._runner import _longest_range_s
+
+    records = {"a:rate": "rate(x[5m])", "b:loop": "c:loop", "c:loop": "b:loop + max_over_time(y[2m])"}
+    assert _longest_range_s("predict_linear(rss[30m], 14400) > 1", {}) == 1800.0
+    assert _longest_range_s("a:rate > 1 and rate(z[1m]) > 0", records) == 300.0
+    # a baseline before the fault (offset) is not a range the fault must fill
+    assert _longest_range_s("x > quantile_over_time(0.5, x[15m:] offset 1m)", {}) == 0.0
+    assert _longest_range_s("avg_over_time(x[10m] offset 5m) > 1", {}) == 0.0
+    assert _longest_range_s("b:loop > 0", records) == 120.0  # a cycle ends
+    assert _longest_range_s("up", {}) == 0.0 and _longest_range_s("((", {}) == 0.0
+    # every expected alert of the shipped pack: the leaks fit their growth over 30m
+    from aivitals.alerts import default_pack
+
+    pack = default_pack()
+    known = {r.record: r.expr for g in pack.groups for r in g.recording_rules}
+    ranges = {
+        r.alert: _longest_range_s(r.expr, known) for g in pack.groups for r in g.alerting_rules
+    }
+    assert ranges["ProcessMemoryGrowth"] == ranges["GPUProcessMemoryGrowth"] == 1800.0
+    assert ranges["DiskSaturated"] == 300.0
 
 
 def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:

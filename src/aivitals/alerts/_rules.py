@@ -86,6 +86,10 @@ class RuleGroup:
     def alerting_rules(self) -> tuple[AlertingRule, ...]:
         return tuple(r for r in self.rules if isinstance(r, AlertingRule))
 
+    @property
+    def recording_rules(self) -> tuple[RecordingRule, ...]:
+        return tuple(r for r in self.rules if isinstance(r, RecordingRule))
+
 
 @dataclass(frozen=True, slots=True)
 class RulePack:

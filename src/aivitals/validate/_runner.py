@@ -399,8 +399,9 @@ FULL_FOR_MARGIN_S = 120.0
 
 def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -> float:
     """The longest fault phase of a case: the scenarios' own; in a full run with the
-    default phases, at least each expected alert's ``for:`` plus the pack's rate window
-    plus ``FULL_FOR_MARGIN_S``.
+    default phases, at least each expected alert's ``for:`` plus the longer of the pack's
+    rate window and the longest range its expression reads (``_longest_range_s``), plus
+    ``FULL_FOR_MARGIN_S``.
 
     A full run keeps the pack's real ``for:`` durations (5, 10, 15 minutes), which the
     default 120 s phase cannot hold: GPUProcessMemoryGrowth held its condition and was
@@ -414,15 +415,58 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
     longest = max(_fault_max(config, s) for s in c.scenarios)
     if config.quick or config.fault_max is not None:
         return longest
+    records = {r.record: r.expr for g in stack.engine.groups for r in g.recording_rules}
     holds = [
-        float(r.for_)
+        float(r.for_) + max(_rate_window_s(stack), _longest_range_s(r.expr, records))
         for g in stack.engine.groups
         for r in g.alerting_rules
         if r.alert in expect.alerts
     ]
     if not holds:
         return longest
-    return max(longest, max(holds) + _rate_window_s(stack) + FULL_FOR_MARGIN_S)
+    return max(longest, max(holds) + FULL_FOR_MARGIN_S)
+
+
+def _longest_range_s(
+    expr: str, records: dict[str, str], _seen: frozenset[str] = frozenset()
+) -> float:
+    """The longest range an expression reads up to now, seconds: its ``[range]`` selectors
+    and subqueries, through the recording rules it names; a selector with an ``offset``
+    (a baseline before the fault) is left out.
+
+    A condition on a regression or an average over a range holds only once the fault has
+    filled enough of it: ProcessMemoryGrowth's ``predict_linear(...[30m], 4h)`` crossed
+    its bound 7 minutes into a 3 MB/s leak and held 15 minutes later, past a 22-minute
+    phase sized by the 5m rate window (full run, 2026-12-01).
+    """
+    try:
+        tree = promql_parser.parse(expr)
+    except Exception:  # the engine parsed it already; a bound is no place to fail a run
+        return 0.0
+    longest = 0.0
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        kind = type(node).__name__
+        if kind == "MatrixSelector":
+            if node.vector_selector.offset is None:
+                longest = max(longest, node.range.total_seconds())
+            continue
+        if kind == "SubqueryExpr":
+            if node.offset is None:
+                longest = max(longest, node.range.total_seconds())
+            continue
+        if kind == "VectorSelector":
+            name = node.name
+            if name in records and name not in _seen and node.offset is None:
+                longest = max(longest, _longest_range_s(records[name], records, _seen | {name}))
+            continue
+        for attr in ("lhs", "rhs", "expr", "param"):
+            child = getattr(node, attr, None)
+            if child is not None and type(child).__module__.startswith("promql"):
+                stack.append(child)
+        stack.extend(getattr(node, "args", None) or [])
+    return longest
 
 
 def _rate_window_s(stack: Any) -> float:
