@@ -479,7 +479,11 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for_and_rate_window
 def test_the_longest_range_an_alert_reads_up_to_now() -> None:
     from aivitals.validate._runner import _longest_range_s
 
-    records = {"a:rate": "rate(x[5m])", "b:loop": "c:loop", "c:loop": "b:loop + max_over_time(y[2m])"}
+    records = {
+        "a:rate": "rate(x[5m])",
+        "b:loop": "c:loop",
+        "c:loop": "b:loop + max_over_time(y[2m])",
+    }
     assert _longest_range_s("predict_linear(rss[30m], 14400) > 1", {}) == 1800.0
     assert _longest_range_s("a:rate > 1 and rate(z[1m]) > 0", records) == 300.0
     # a baseline before the fault (offset) is not a range the fault must fill
