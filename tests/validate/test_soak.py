@@ -399,6 +399,32 @@ def test_the_report_writes_json_and_markdown(tmp_path: Path) -> None:
     assert "x0.60 .. x1.20" in md
 
 
+def test_the_report_says_what_kind_each_failed_request_was() -> None:
+    """A soak that loses one request of thousands names the generator's reason (CI run of
+    2026-12-01: one completions request of 3,467 failed, and the report said only "1
+    errors")."""
+    from types import SimpleNamespace
+
+    from aivitals.demo._view import ClientCounts
+    from aivitals.validate._soak import _clients
+
+    completions = SimpleNamespace(
+        reports=[SimpleNamespace(errors={}), SimpleNamespace(errors={"ReadError": 1})]
+    )
+    embeddings = SimpleNamespace(reports=[SimpleNamespace(errors={})])
+    load = SimpleNamespace(
+        streams=[completions, embeddings],
+        clients=lambda: [ClientCounts("completions", 10, 9, 1), ClientCounts("embeddings", 5, 5)],
+    )
+    report = SoakReport(quick=True, duration=300)
+    report.clients = _clients(load)
+    assert report.clients[0]["error_kinds"] == {"ReadError": 1}
+    assert report.clients[1]["error_kinds"] == {}
+    assert "14 answered, 1 errors (ReadError x1);" in report.summary()
+    report.clients[0]["error_kinds"] = {}
+    assert "1 errors;" in report.summary()  # reports from before the field: no kinds
+
+
 def test_the_achieved_multiplier_is_the_sent_rate_over_the_base_rate() -> None:
     sent = [(float(t), 3 * t) for t in range(121)]  # 3/s for two minutes
     assert _achieved(sent, 2.0, 30.0) == [(30.0, 1.5), (60.0, 1.5), (90.0, 1.5), (120.0, 1.5)]

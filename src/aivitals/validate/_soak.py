@@ -248,11 +248,16 @@ class SoakReport:
         verdict = "passed" if self.passed else "FAILED"
         why = "" if self.passed else f" ({'; '.join(self._failures())})"
         mode = "quick" if self.quick else "full"
+        failed: dict[str, int] = {}
+        for c in self.clients:
+            for kind, n in (c.get("error_kinds") or {}).items():
+                failed[kind] = failed.get(kind, 0) + int(n)
+        kinds = f" ({', '.join(f'{k} x{n}' for k, n in sorted(failed.items()))})" if failed else ""
         return (
             f"soak {self.soaked_s:.0f} of {self.duration:g} s ({mode}):"
             f" {p0p1} P0/P1 alerts ({self.per_hour(p0p1):.1f}/h), false alerts by rule: {by}; "
             f"{self.healthy_polls}/{self.polls} polls healthy; {req['sent']} requests sent, "
-            f"{req['answered']} answered, {req['errors'] + req['timeouts']} errors; "
+            f"{req['answered']} answered, {req['errors'] + req['timeouts']} errors{kinds}; "
             f"{verdict}{why}"
         )
 
@@ -454,7 +459,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
             report.ended_at = time.time()
             if load is not None:
                 load.stop()
-                report.clients = [asdict(c) for c in load.clients()]
+                report.clients = _clients(load)
             if report.soak_started_at is not None and stack.engine is not None:
                 report.alerts = _firings(stack, report.soak_started_at, report.reload)
                 if config.record is not None:
@@ -465,6 +470,22 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 report.problems.append(f"cleanup: {exc}")
                 echo(f"[fail] cleanup: {exc}")
         return report
+
+
+def _clients(load: Any) -> list[dict[str, Any]]:
+    """Each load stream's counters, and what its failed requests were (``error_kinds``:
+    the load generator's own reasons, e.g. a connection reset or an HTTP status), so a
+    soak that lost one request of thousands says which kind it was."""
+    out = []
+    for stream, counts in zip(load.streams, load.clients(), strict=True):
+        row = asdict(counts)
+        kinds: dict[str, int] = {}
+        for rep in getattr(stream, "reports", ()):
+            for kind, n in getattr(rep, "errors", {}).items():
+                kinds[str(kind)] = kinds.get(str(kind), 0) + int(n)
+        row["error_kinds"] = kinds
+        out.append(row)
+    return out
 
 
 def _record(
