@@ -436,8 +436,8 @@ def _longest_range_s(
 
     A condition on a regression or an average over a range holds only once the fault has
     filled enough of it: ProcessMemoryGrowth's ``predict_linear(...[30m], 4h)`` crossed
-    its bound 7 minutes into a 3 MB/s leak and held 15 minutes later, past a 22-minute
-    phase sized by the 5m rate window (full run, 2026-12-01).
+    its bound 405 s into a 3 MB/s leak, so its 15m ``for:`` could end only past 1305 s,
+    at the edge of the 1320 s phase the 5m rate window sized (full run, 2026-12-01).
     """
     try:
         tree = promql_parser.parse(expr)
