@@ -9,7 +9,6 @@ field by field against the operator's v1 API, and the rules with promtool.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 from aivitals.alerts import default_pack
 from aivitals.dashboards import build_dashboards
+from tests._paths import load_script
 from tests._servers import promtool
 
 kv = pytest.importorskip("kubernetes_validate")
@@ -33,13 +33,7 @@ CRDS = {"ServiceMonitor", "PrometheusRule"}
 
 
 def _generate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "deploy_generate", ROOT / "deploy" / "generate.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("deploy/generate.py", "deploy_generate")
 
 
 def _kustomization() -> dict[str, Any]:

@@ -28,6 +28,7 @@ from aivitals.validate._record import (
     load_recordings,
     save_recording,
 )
+from tests._paths import load_script
 from tests.diagnose import _corpus as corpus
 
 
@@ -455,18 +456,7 @@ def test_soak_pair_and_unknown_labels(tmp_path: Path, leak: tuple[Store, Any]) -
 
 
 def _accuracy_benchmark() -> Any:
-    import importlib.util
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    sys.path.insert(0, str(root))  # the benchmark imports tests.diagnose._corpus
-    spec = importlib.util.spec_from_file_location(
-        "diagnosis_accuracy", root / "benchmarks" / "diagnosis_accuracy.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/diagnosis_accuracy.py", "diagnosis_accuracy")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -27,6 +26,7 @@ from aivitals.validate._severity import (
     severity_table,
     summarize_sweep,
 )
+from tests._paths import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = float(1 << 20)
@@ -482,13 +482,7 @@ def test_summarize_sweep_bad_input() -> None:
 
 def _benchmark() -> Any:
     # benchmarks/ is not a package: load the script as a module
-    spec = importlib.util.spec_from_file_location(
-        "detection_sweep", REPO / "benchmarks" / "detection_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/detection_sweep.py", "detection_sweep")
 
 
 def test_benchmark_result_line(tmp_path: Path) -> None:
