@@ -480,8 +480,8 @@ def _clients(load: Any) -> list[dict[str, Any]]:
     for stream, counts in zip(load.streams, load.clients(), strict=True):
         row = asdict(counts)
         kinds: dict[str, int] = {}
-        for rep in getattr(stream, "reports", ()):
-            for kind, n in getattr(rep, "errors", {}).items():
+        for rep in stream.reports:
+            for kind, n in rep.errors.items():
                 kinds[str(kind)] = kinds.get(str(kind), 0) + int(n)
         row["error_kinds"] = kinds
         out.append(row)
