@@ -119,8 +119,13 @@ class PackParams:
     #: Mean time a request spends outside the model (mean HTTP time minus mean inference
     #: time, seconds) above this while the worker pool is idle, for 2m, is P1.
     outside_model_seconds: float = 0.5
-    #: "Idle" for that alert: the busiest pool of the job has fewer than this share busy.
+    #: "Idle" for that alert: the busiest pool of the job has fewer than this share busy ...
     worker_idle_ratio: float = 0.5
+    #: ... on average over this window. The busy share is a gauge sampled at each scrape,
+    #: so its average is as noisy as it has few samples: a loop blocked by its handlers
+    #: hands work to the pool in bursts, and over 4 samples a burst or two read as a busy
+    #: pool (see validate's QUICK_RULES, which gives it 8).
+    idle_window: str = "1m"
     #: Share of requests refused by the input guard, per reason, above this for 1m is P2.
     input_rejection_ratio: float = 0.05
     #: Share of cache lookups that failed (the cache unreachable) above this for 1m is P2.
@@ -185,7 +190,13 @@ class PackParams:
 
     def _check_windows(self) -> None:
         scrape = parse_duration(self.scrape_interval, key="scrape_interval")
-        for name in ("rate_window", "short_window", "composite_window", "baseline_window"):
+        for name in (
+            "rate_window",
+            "short_window",
+            "composite_window",
+            "baseline_window",
+            "idle_window",
+        ):
             window = parse_duration(getattr(self, name), key=name)
             if window < _MIN_SCRAPES_PER_WINDOW * scrape:
                 raise ConfigError(

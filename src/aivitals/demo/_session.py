@@ -50,6 +50,7 @@ FOR_FACTOR = 10.0
 COMPRESSED_RULES: dict[str, Any] = {
     "rate_window": "60s",
     "short_window": "20s",
+    "idle_window": "20s",
     "composite_window": "30s",
     "baseline_window": "3m",
 }

@@ -50,6 +50,12 @@ QUICK_RULES: dict[str, Any] = {
     "evaluation_interval": "1s",
     "rate_window": "8s",
     "short_window": "4s",
+    # LatencyHighWorkersIdle's idle share is a sampled gauge: over 4 samples a blocked
+    # loop's bursts of work kept reading as a busy pool, its 2 s for: kept restarting,
+    # and it missed its 25 s deadline in the clean-clone CI run at ba76008. Over 8 samples,
+    # replayed on the 13 quick event_loop_blocked recordings above the threshold strength,
+    # it held 3 evaluations in a row 5-9 s into the fault (4 samples: 5-15 s)
+    "idle_window": "8s",
     "composite_window": "6s",
     "baseline_window": "30s",
     "leak_window": "10s",
