@@ -518,6 +518,24 @@ def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:
     assert _recover_phase(stack(), ValidateConfig(recover_max=30.0)) == 30.0  # as asked
 
 
+def test_the_calm_after_a_revert_is_one_rate_window_of_the_rules_the_stack_runs() -> None:
+    """A full run moved on 40 s (8 ticks) after a revert while its rules read 5m windows:
+    the next case paged on the previous one's tail (full run 7, 2026-12-01)."""
+    from types import SimpleNamespace
+
+    from aivitals.alerts import default_pack
+    from aivitals.demo import QUICK_RULES
+    from aivitals.validate._runner import _settle_s
+
+    def stack(tick: float, **params: object) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(tick=tick), pack=default_pack(**params))
+
+    assert _settle_s(stack(5.0)) == 300.0  # a full run: the pack's 5m
+    assert _settle_s(stack(1.0, **QUICK_RULES)) == 8.0  # a quick run: 8 s, as before
+    assert _settle_s(stack(5.0, rate_window="1m")) == 60.0
+    assert _settle_s(stack(15.0, rate_window="1m", scrape_interval="15s")) == 120.0  # 8 ticks
+
+
 def test_a_full_run_warms_up_for_the_longest_usual_level_the_signatures_read() -> None:
     """A full run's first case was judged against the stack's cold start: the signatures'
     5-minute median "usual level" held only the 60 s baseline and the cold cache's ramp,
