@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from aivitals.alerts import default_pack
 from aivitals.cli import cli
 from aivitals.errors import AlreadyRunning, ConfigError
 from aivitals.validate import Check, Report, RunLock, ScenarioResult, ValidateConfig
@@ -449,9 +450,7 @@ def test_a_full_run_holds_the_fault_for_each_expected_alerts_for_and_rate_window
 
     def stack(**params: str) -> Any:
         group = SimpleNamespace(alerting_rules=rules, recording_rules=records)
-        return SimpleNamespace(
-            engine=SimpleNamespace(groups=[group]), config=SimpleNamespace(rule_params=params)
-        )
+        return SimpleNamespace(engine=SimpleNamespace(groups=[group]), pack=default_pack(**params))
 
     leak = case("gpu_memory_leak")
     expect = _Expect.of([FAULT_TABLE["gpu_memory_leak"]])
@@ -509,7 +508,7 @@ def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:
     from aivitals.validate._runner import _recover_phase
 
     def stack(**params: object) -> Any:
-        return SimpleNamespace(config=SimpleNamespace(rule_params=params))
+        return SimpleNamespace(pack=default_pack(**params))
 
     assert _recover_phase(stack(), ValidateConfig()) == 300.0 + 60.0  # the pack's 5m
     assert _recover_phase(stack(rate_window="1m"), ValidateConfig()) == 180.0  # the phase's
@@ -523,7 +522,6 @@ def test_the_calm_after_a_revert_is_one_rate_window_of_the_rules_the_stack_runs(
     the next case paged on the previous one's tail (full run 7, 2026-12-01)."""
     from types import SimpleNamespace
 
-    from aivitals.alerts import default_pack
     from aivitals.demo import QUICK_RULES
     from aivitals.validate._runner import _settle_s
 

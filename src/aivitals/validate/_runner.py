@@ -470,11 +470,9 @@ def _longest_range_s(
 
 
 def _rate_window_s(stack: Any) -> float:
-    """The stack's rule-pack rate window, seconds (its own ``rate_window`` or the pack's)."""
-    from ..alerts import PackParams
-
-    window = stack.config.rule_params.get("rate_window", PackParams().rate_window)
-    return float(promql_parser.parse_duration(str(window)).total_seconds())
+    """The rate window of the rule pack the stack runs, seconds (``QUICK_RULES``' in a
+    quick run, its ``rule_params``' or the pack's default in a full one)."""
+    return float(promql_parser.parse_duration(stack.pack.params.rate_window).total_seconds())
 
 
 def _settle_s(stack: Any) -> float:
@@ -487,8 +485,7 @@ def _settle_s(stack: Any) -> float:
     case (request P99 19.6 s, 13 requests queued on average at the next fault), and it
     paged in the next case, cache_stampede (full run 7, 2026-12-01).
     """
-    window = float(promql_parser.parse_duration(stack.pack.params.rate_window).total_seconds())
-    return max(8.0 * float(stack.config.tick), window)
+    return max(8.0 * float(stack.config.tick), _rate_window_s(stack))
 
 
 def _recover_phase(stack: Any, config: ValidateConfig) -> float:
