@@ -152,8 +152,9 @@ def test_the_diagnosis_names_the_leak_on_node_2_and_calls_1_and_3_healthy(
     assert top["where"]["node"] == "sim-node-2"
     assert top["where"]["gpu"] == "0"
     assert d["nodes"]["sim-node-2"].startswith("gpu_memory_leak")
-    assert d["nodes"]["sim-node-1"] == "healthy", d["nodes"]
-    assert d["nodes"]["sim-node-3"] == "healthy", d["nodes"]
+    why = [(f["title"], [e["says"] for e in f["evidence"]]) for f in d["findings"]]
+    assert d["nodes"]["sim-node-1"] == "healthy", (d["nodes"], why)
+    assert d["nodes"]["sim-node-3"] == "healthy", (d["nodes"], why)
     assert 0 < d["queries"] < 250
 
 

@@ -497,6 +497,7 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     assert data["reload"].get("ready_after_s") is not None, data["reload"]
     assert data["requests"]["sent"] > 0 and not data["problems"], summary
     assert data["requests"]["errors"] == 0, summary
+    assert data["workload"]["sla_seconds"] == 1.0  # the trace's 48-token generations
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: the verdict, below
     assert (outcome.codes[0] == 0) == (data["passed"] is True), summary
     # --record: the whole soak as a healthy recording the accuracy benchmark can score

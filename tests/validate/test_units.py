@@ -285,6 +285,21 @@ def test_soak_takes_no_fault() -> None:
     assert result.exit_code != 0 and "soak duration" in str(result.exception)
 
 
+def test_the_sla_keeps_the_fault_cases_budget_per_token_for_longer_generations() -> None:
+    """Fault cases send 12-token completions (SLA 0.25 s); the soak replays the trace's, up
+    to 48 tokens: the same budget per token for its longest one is the pack's 1 s."""
+    from aivitals.demo._workload import MAX_OUTPUT_TOKENS
+    from aivitals.validate._load import LoadPlan
+    from aivitals.validate._runner import _demo_rule_params
+
+    assert LoadPlan().max_tokens == 12 and MAX_OUTPUT_TOKENS == 48
+    assert _demo_rule_params() == {"sla_seconds": 0.25}
+    assert _demo_rule_params(MAX_OUTPUT_TOKENS) == {"sla_seconds": 1.0}
+    assert _demo_rule_params(MAX_OUTPUT_TOKENS)["sla_seconds"] == default_pack().params.sla_seconds
+    with pytest.raises(ConfigError, match="max_tokens 0"):
+        _demo_rule_params(0)
+
+
 # --- strict checks -------------------------------------------------------------------------
 
 

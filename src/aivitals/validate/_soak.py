@@ -318,6 +318,9 @@ class SoakReport:
             + (f"x{rng[0]:.2f} .. x{rng[1]:.2f}" if rng else "not measured")
             + f" (planned x{w.get('swing', [0, 0])[0]:g} .. x{w.get('swing', [0, 0])[1]:g})",
             f"- planned model reload: {self._reload_text()}",
+            f"- model SLA of the rules: {w['sla_seconds']:g} s"
+            if "sla_seconds" in w
+            else "- model SLA of the rules: not set",
             f"- diagnosis polls healthy: {self.healthy_polls}/{self.polls}",
             "",
             "## Alerts",
@@ -398,6 +401,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
     plan = SoakPlan.for_run(duration, config.quick)  # bad input fails before anything starts
 
     from ..demo import SoakLoad, Stack, StackConfig
+    from ..demo._workload import MAX_OUTPUT_TOKENS
     from ._runner import _demo_rule_params, _environment
 
     with RunLock(config.lock_path):
@@ -407,7 +411,9 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 quick=config.quick,
                 workdir=config.workdir,
                 gpu=config.gpu,
-                rule_params={**_demo_rule_params(), **config.rule_params},
+                # the trace's generations run up to MAX_OUTPUT_TOKENS, 4x the fault
+                # cases': the SLA grows with them (see _demo_rule_params)
+                rule_params={**_demo_rule_params(MAX_OUTPUT_TOKENS), **config.rule_params},
                 service_args=("--cache-ttl", f"{plan.cache_ttl:g}"),
             )
         )
@@ -448,6 +454,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 }
             )
             report.workload = _workload(load, plan)
+            report.workload["sla_seconds"] = stack.pack.params.sla_seconds
             _soak(stack, load, plan, report, echo)
         except KeyboardInterrupt:
             report.interrupted = True
