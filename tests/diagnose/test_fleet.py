@@ -69,6 +69,24 @@ def test_a_slow_replica_ranks_first_among_its_peers(shapes: RecordedShapes) -> N
     assert all(v == "healthy" for k, v in d.nodes.items() if k != "sim-node-2")
 
 
+def test_a_node_a_quarter_off_two_agreeing_peers_does_not_stand_out() -> None:
+    """Two peers that agree give a spread of 5 % of their median (the floor): a node a
+    quarter off them scores 5, "far out" on the spread alone. A 3-node fleet's median
+    latency differs that much between healthy nodes, so the peer evidence also needs the
+    node twice its peers' median (a slow replica of the synthetic fleet is 2.9x)."""
+    from aivitals.diagnose._engine import PEER_SCORE, _far_from_peers
+    from aivitals.diagnose._where import peer_outlier
+
+    score, value, med = peer_outlier({"a": 0.01, "b": 0.01, "c": 0.0125}, "c") or (0, 0, 0)
+    assert score == pytest.approx(PEER_SCORE) and med == 0.01
+    assert not _far_from_peers(value, med, "up")
+    assert _far_from_peers(0.0229, 0.008, "up")  # the slow replica below
+    assert not _far_from_peers(0.0229, 0.008, "down")
+    assert _far_from_peers(0.004, 0.01, "down") and _far_from_peers(0.004, 0.01, None)
+    assert not _far_from_peers(float("nan"), 0.01, None)
+    assert _far_from_peers(0.5, 0.0, "up") and not _far_from_peers(0.0, 0.0, "up")
+
+
 def test_a_shared_dependency_down_everywhere_is_one_fleet_wide_finding(
     shapes: RecordedShapes,
 ) -> None:

@@ -70,6 +70,10 @@ FLEET_WIDE_SHARE = 0.8
 #: is an outlier.
 PEER_RATIO = 3.0
 PEER_SCORE = 5.0
+#: A node finding's peer evidence holds when the node is far outside its peers' spread AND
+#: this many times past their median: a slow replica at 2.9x its five peers' median latency
+#: holds; a healthy node of three a quarter off its two agreeing peers does not.
+PEER_EVIDENCE_RATIO = 2.0
 #: Over a fleet of more nodes than this, each question is asked per node (the worst GPU,
 #: process or cache of the node), not per series, so an answer is at most one series a
 #: node; the few findings reported then zoom in to name their GPU, pid or cache.
@@ -1191,6 +1195,23 @@ def _node_values(ctx: _Ctx, expr: str) -> dict[str, float]:
     return out
 
 
+def _far_from_peers(value: float, med: float, direction: str | None) -> bool:
+    """``value`` PEER_EVIDENCE_RATIO times past its peers' median, the way the evidence
+    points (up, down, or either when it does not say). The spread alone is not enough:
+    with two peers it comes from two values, and two that happen to agree make any node a
+    quarter off them "far out" (the 5 % floor): a 3-node fleet called a healthy node the
+    odd one on such a difference in 2 of 11 runs of its end-to-end test."""
+    if not (math.isfinite(value) and math.isfinite(med)):
+        return False
+    up = value > 0 and value >= PEER_EVIDENCE_RATIO * max(med, 0.0)
+    down = med > 0 and value <= med / PEER_EVIDENCE_RATIO
+    if direction == "up":
+        return up
+    if direction == "down":
+        return down
+    return up or down
+
+
 def _peer_evidence(ctx: _Ctx, sig: Signature, node: str) -> EvidenceResult | None:
     """The node's value of the signature's first required PromQL evidence against its peers'."""
     for ev in sig.of_role("required"):
@@ -1201,11 +1222,14 @@ def _peer_evidence(ctx: _Ctx, sig: Signature, node: str) -> EvidenceResult | Non
         if got is None:
             continue
         score, value, med = got
+        direction = ev.deviation
+        if direction is None and split is not None:
+            direction = "up" if split[1].startswith(">") else "down"
         return EvidenceResult(
             "peer",
             f"{node}: {value:.4g} where its {len(values) - 1} peers' median is {med:.4g}",
             base,
-            held=score >= PEER_SCORE,
+            held=score >= PEER_SCORE and _far_from_peers(value, med, direction),
             seen=True,
             values=(({ctx.location or "node": node}, value),),
             score=min(score, 1e6),
