@@ -41,6 +41,26 @@ def _classes(element: Any) -> set[str]:
     return set((element.get_attribute("class") or "").split())
 
 
+#: The fleet grid as data, read in one script (the page cannot redraw halfway through it).
+_GRID_JS = """
+const text = (e) => (e ? e.innerText.trim() : null);
+const cls = (e) => e.className.split(/\\s+/).filter(Boolean);
+const cards = [...document.querySelectorAll('[data-testid="node"]')].map((c) => ({
+  text: text(c), cls: cls(c),
+  gpus: [...c.querySelectorAll('[data-testid="gpu"]')].map((g) => ({text: text(g), cls: cls(g)})),
+}));
+const badges = [...document.querySelectorAll('[data-testid="fleet"] .badge.sim')].map((b) => ({
+  text: text(b),
+  shown: b.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}),
+}));
+return {cards, badges, summary: text(document.querySelector('[data-testid="fleet-summary"]'))};
+"""
+
+
+def _grid(browser: Any) -> dict[str, Any]:
+    return browser.execute_script(_GRID_JS)  # type: ignore[no-any-return]
+
+
 def _import(vm_url: str, sf: SynthFleet) -> None:
     r = httpx.post(f"{vm_url}/api/v1/import", content="\n".join(sf.import_lines()) + "\n")
     assert r.status_code == 204, r.text
@@ -80,43 +100,43 @@ def test_fleet_page_over_victoria_metrics_puts_the_faulty_node_first(browser: An
             url = f"http://127.0.0.1:{port}/"
             wait_until(lambda: httpx.get(url, timeout=2).status_code == 200, 20, "the console")
             open_page(browser, url, "fleet")
-            # the grid is drawn once the instant values, the alerts and the diagnosis are in
-            cards = wait_until(
+            # the grid is drawn once the instant values, the alerts and the diagnosis are in;
+            # read whole in one script: the page redraws every 2 s, and elements found
+            # one call before can be gone the next (a stale element reference)
+            grid = wait_until(
                 lambda: (
-                    (c := browser.find_elements("css selector", '[data-testid="node"]'))
-                    and c[0].text.startswith(faulty)
-                    and c
+                    (g := _grid(browser))["cards"]
+                    and g["cards"][0]["text"].startswith(faulty)
+                    and g
                 ),
                 30,
                 f"the fleet grid with {faulty} first",
             )
-            names = [c.text.split()[0] for c in cards]
+            cards = grid["cards"]
+            names = [c["text"].split()[0] for c in cards]
             assert sorted(names) == sorted(sf.node_name(i) for i in range(1, NODES + 1)), names
             top, rest = cards[0], cards[1:]
-            assert "h-bad" in _classes(top) and "unhealthy" in top.text
-            assert "diagnosis: gpu_memory_leak" in top.text and "targets up 2/2" in top.text
-            gpus = top.find_elements("css selector", '[data-testid="gpu"]')
+            assert "h-bad" in top["cls"] and "unhealthy" in top["text"]
+            assert "diagnosis: gpu_memory_leak" in top["text"] and "targets up 2/2" in top["text"]
+            gpus = top["gpus"]
             assert len(gpus) == GPUS
-            assert gpus[0].text.startswith(f"GPU {FAULTY_GPU}")  # the leaking GPU first
-            assert "h-bad" in _classes(gpus[0]) and "gpu memory leak" in gpus[0].text
-            assert all("h-ok" in _classes(g) for g in gpus[1:])
+            assert gpus[0]["text"].startswith(f"GPU {FAULTY_GPU}")  # the leaking GPU first
+            assert "h-bad" in gpus[0]["cls"] and "gpu memory leak" in gpus[0]["text"]
+            assert all("h-ok" in g["cls"] for g in gpus[1:])
             for card in rest:
-                assert "h-ok" in _classes(card) and "healthy" in card.text, card.text
-                assert "diagnosis: healthy" in card.text and "targets up 2/2" in card.text
-                cells = card.find_elements("css selector", '[data-testid="gpu"]')
-                assert len(cells) == GPUS and all("h-ok" in _classes(g) for g in cells)
+                assert "h-ok" in card["cls"] and "healthy" in card["text"], card["text"]
+                assert "diagnosis: healthy" in card["text"] and "targets up 2/2" in card["text"]
+                cells = card["gpus"]
+                assert len(cells) == GPUS and all("h-ok" in g["cls"] for g in cells)
             # "sim" on every node and every GPU tile, and said in words above the grid
-            badges = browser.find_elements("css selector", '[data-testid="fleet"] .badge.sim')
+            badges = grid["badges"]
             assert len(badges) == NODES * (GPUS + 1)
-            assert all(b.is_displayed() and b.text == "sim" for b in badges)
-            summary = browser.find_element("css selector", '[data-testid="fleet-summary"]').text
-            assert summary == (
+            assert all(b["shown"] and b["text"] == "sim" for b in badges), badges
+            assert grid["summary"] == (
                 f"{NODES} nodes, {NODES * GPUS} GPUs (sim: simulated devices) · unhealthy: {faulty}"
             )
             time.sleep(2.5)  # one more refresh: the grid holds its order
-            assert browser.find_elements("css selector", '[data-testid="node"]')[0].text.startswith(
-                faulty
-            )
+            assert _grid(browser)["cards"][0]["text"].startswith(faulty)
             shot(browser, "fleet", 1000)
             assert problems(browser) == []
         finally:
