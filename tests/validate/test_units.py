@@ -288,7 +288,7 @@ def test_soak_takes_no_fault() -> None:
 def test_the_sla_keeps_the_fault_cases_budget_per_token_for_longer_generations() -> None:
     """Fault cases send 12-token completions (SLA 0.25 s); the soak replays the trace's, up
     to 48 tokens: the same budget per token for its longest one is the pack's 1 s."""
-    from aivitals.demo._workload import MAX_OUTPUT_TOKENS
+    from aivitals.demo import MAX_OUTPUT_TOKENS
     from aivitals.validate._load import LoadPlan
     from aivitals.validate._runner import _demo_rule_params
 

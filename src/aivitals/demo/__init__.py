@@ -22,12 +22,14 @@ from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
 from ._session import SoakLoad
 from ._stack import QUICK_RULES, Stack, StackConfig, scale_for
+from ._workload import MAX_OUTPUT_TOKENS
 
 __all__ = [
     "CHAOS_PATH",
     "EMBED_MODEL_NAME",
     "IN_PROCESS_FAULTS",
     "LM_MODEL_NAME",
+    "MAX_OUTPUT_TOKENS",
     "QUICK_RULES",
     "RELOAD_PATH",
     "DemoConfig",

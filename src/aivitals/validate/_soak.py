@@ -400,8 +400,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
     """
     plan = SoakPlan.for_run(duration, config.quick)  # bad input fails before anything starts
 
-    from ..demo import SoakLoad, Stack, StackConfig
-    from ..demo._workload import MAX_OUTPUT_TOKENS
+    from ..demo import MAX_OUTPUT_TOKENS, SoakLoad, Stack, StackConfig
     from ._runner import _demo_rule_params, _environment
 
     with RunLock(config.lock_path):
