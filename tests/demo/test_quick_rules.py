@@ -58,3 +58,43 @@ def test_the_idle_window_defaults_to_the_short_window_and_is_checked() -> None:
     assert PackParams().idle_window == PackParams().short_window == "1m"
     with pytest.raises(ConfigError, match="idle_window='20s' spans fewer than 4 scrapes"):
         PackParams(idle_window="20s")  # 15 s scrapes
+
+
+def _pool_fires(window: str, busy: list[float]) -> float | None:
+    """When quick runs' WorkerPoolSaturated (``saturation_window=window``) fires over a
+    pool whose busy share is ``busy[i]`` at second i (None: never)."""
+    from aivitals.tsdb import Store
+
+    rule = _alert({**QUICK_RULES, "saturation_window": window}, "WorkerPoolSaturated")
+    assert rule.for_ == 1.0  # 30s / 60, at least one evaluation
+    store = Store(retention=10_000)
+    labels = {"job": "demo", "pool": "model"}
+    for i, v in enumerate(busy):
+        store.append("pool:worker_pool_utilization:ratio", labels, v, 1000.0 + i)
+    held_since: float | None = None
+    for i in range(len(busy)):
+        t = 1000.0 + i
+        if store.query(rule.expr, at=t).vector:
+            held_since = t if held_since is None else held_since
+            if t - held_since >= rule.for_:
+                return float(i)
+        else:
+            held_since = None
+    return None
+
+
+def test_a_healthy_burst_does_not_saturate_quick_runs_pool_and_a_stuck_pool_does() -> None:
+    """Six scrapes in a row with both workers busy in a half-busy pool (a burst of a
+    healthy trace near its peak) paged P0 over 4 samples (two evaluations, the 1 s for:);
+    over quick runs' 8 they do not. A stuck pool
+    (every worker busy from second 30 on, the worker_pool_saturated fault) fires 9 s in."""
+    assert QUICK_RULES["saturation_window"] == "8s"
+    burst = [0.5] * 30 + [1.0] * 6 + [0.5] * 30
+    assert _pool_fires("4s", burst) is not None
+    assert _pool_fires("8s", burst) is None
+    stuck = [0.5] * 30 + [1.0] * 30
+    fired = _pool_fires("8s", stuck)
+    assert fired is not None and fired - 30 <= 10, fired
+    assert PackParams().saturation_window == PackParams().short_window == "1m"
+    with pytest.raises(ConfigError, match="saturation_window='20s' spans fewer than 4 scrapes"):
+        PackParams(saturation_window="20s")

@@ -126,6 +126,11 @@ class PackParams:
     #: hands work to the pool in bursts, and over 4 samples a burst or two read as a busy
     #: pool (see validate's QUICK_RULES, which gives it 8).
     idle_window: str = "1m"
+    #: WorkerPoolSaturated's window: the busy share (the same sampled gauge) averaged over
+    #: it must pass worker_saturation_ratio. Over 4 samples, a few scrapes in a row that
+    #: each caught every worker of a small pool busy in a healthy burst read as saturated
+    #: (quick runs' soak paged on it for a second; QUICK_RULES gives it 8).
+    saturation_window: str = "1m"
     #: Share of requests refused by the input guard, per reason, above this for 1m is P2.
     input_rejection_ratio: float = 0.05
     #: Share of cache lookups that failed (the cache unreachable) above this for 1m is P2.
@@ -196,6 +201,7 @@ class PackParams:
             "composite_window",
             "baseline_window",
             "idle_window",
+            "saturation_window",
         ):
             window = parse_duration(getattr(self, name), key=name)
             if window < _MIN_SCRAPES_PER_WINDOW * scrape:
