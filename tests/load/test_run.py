@@ -133,6 +133,25 @@ def test_connection_close_answers_are_followed_by_new_connections() -> None:
     assert srv.connections >= rep.completed
 
 
+def test_a_connection_idle_past_the_keepalive_expiry_is_not_reused() -> None:
+    """A server closes an idle connection at its keep-alive timeout (uvicorn: 5 s); a
+    request sent on it in that instant is lost. Idle connections are reused only under
+    KEEPALIVE_EXPIRY_S (1.5 s): requests 2 s apart each get a new connection, requests
+    0.5 s apart share one."""
+    from aivitals.load._client import KEEPALIVE_EXPIRY_S
+
+    assert KEEPALIVE_EXPIRY_S < 2.0  # under gunicorn's 2 s and uvicorn's 5 s
+    one = {"arrival": "uniform", "connections": 1}  # one connection opened ahead
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=0.5, duration=6.0, **one))
+    assert rep.completed == 3 and rep.failed == 0, rep.errors  # at 0, 2 and 4 s
+    assert srv.connections == 3
+    with tiny_server() as srv:
+        rep = run_load(LoadConfig(url=srv.url + "/", rate=2, duration=2.0, **one))
+    assert rep.completed == 4 and rep.failed == 0, rep.errors
+    assert srv.connections == 1
+
+
 def test_explicit_requests_are_cycled() -> None:
     spec = completions_request("a b c", 3, stream=True)
     with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:
