@@ -72,6 +72,45 @@ def test_thread_executor_reports_active_workers_wait_and_rejections() -> None:
     assert _value(reg, "worker_pool_rejections_total", pool="tok") == 2
 
 
+def test_busy_time_counts_a_running_task_before_it_ends() -> None:
+    """A stuck worker never reaches its task's end: its time must still count, or a
+    stuck pool would read as idle to rate(worker_pool_busy_seconds_total)."""
+    reg = CollectorRegistry()
+    gate = threading.Event()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(2), name="stuck", registry=reg)
+    started = time.monotonic()
+    try:
+        future = pool.submit(gate.wait, 10)
+        deadline = started + 5
+        while _value(reg, "worker_pool_busy_seconds_total", pool="stuck") < 0.3:
+            assert time.monotonic() < deadline, "the running task's time was never credited"
+            time.sleep(0.02)
+        assert not future.done()
+        # one worker busy: never more than the wall time since the submit
+        assert _value(reg, "worker_pool_busy_seconds_total", pool="stuck") <= (
+            time.monotonic() - started
+        )
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_busy_time_is_the_integral_of_the_busy_workers_and_stops_when_idle() -> None:
+    reg = CollectorRegistry()
+    pool = InstrumentedExecutor(ThreadPoolExecutor(2), name="b", registry=reg)
+    started = time.monotonic()
+    try:
+        for future in [pool.submit(time.sleep, 0.2) for _ in range(2)]:
+            future.result(5)
+        wall = time.monotonic() - started
+    finally:
+        pool.shutdown()
+    busy = _value(reg, "worker_pool_busy_seconds_total", pool="b")
+    assert 0.4 <= busy <= 2 * wall  # both tasks' sleep, at most both workers all along
+    time.sleep(0.3)  # idle: nothing more is credited
+    assert _value(reg, "worker_pool_busy_seconds_total", pool="b") == busy
+
+
 def test_executor_works_with_run_in_executor_and_propagates_errors() -> None:
     reg = CollectorRegistry()
     pool = InstrumentedExecutor(ThreadPoolExecutor(1), name="x", registry=reg)
@@ -100,6 +139,7 @@ def test_process_executor_relays_results_and_wait() -> None:
         pool.shutdown()
     assert _value(reg, "queue_wait_seconds_count", queue="pool:proc") == 1
     assert _value(reg, "worker_pool_active_workers", pool="proc") == 0
+    assert _value(reg, "worker_pool_busy_seconds_total", pool="proc") > 0
 
 
 def test_executor_bad_arguments() -> None:

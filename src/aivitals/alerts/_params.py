@@ -126,10 +126,11 @@ class PackParams:
     #: hands work to the pool in bursts, and over 4 samples a burst or two read as a busy
     #: pool (see validate's QUICK_RULES, which gives it 8).
     idle_window: str = "1m"
-    #: WorkerPoolSaturated's window: the busy share (the same sampled gauge) averaged over
-    #: it must pass worker_saturation_ratio. Over 4 samples, a few scrapes in a row that
-    #: each caught every worker of a small pool busy in a healthy burst read as saturated
-    #: (quick runs' soak paged on it for a second; QUICK_RULES gives it 8).
+    #: WorkerPoolSaturated's window: the busy share over it (the rate of the pool's
+    #: busy-time counter; for pools without one, the sampled gauge's average) must pass
+    #: worker_saturation_ratio. A gauge averaged over 4 samples read a few scrapes in a
+    #: row that each caught a small pool all busy in a healthy burst as saturated (quick
+    #: runs' soak paged on it for a second; QUICK_RULES gives it 8).
     saturation_window: str = "1m"
     #: Share of requests refused by the input guard, per reason, above this for 1m is P2.
     input_rejection_ratio: float = 0.05

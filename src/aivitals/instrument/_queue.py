@@ -12,6 +12,7 @@ import concurrent.futures
 import contextvars
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,6 +29,60 @@ T = TypeVar("T")
 
 class PoolSaturated(RuntimeError):
     """The executor already holds ``max_workers + max_queue`` tasks; the task was refused."""
+
+
+#: How often a busy pool's running tasks are credited to worker_pool_busy_seconds_total
+#: between their starts and ends. A scrape sees the counter at most this stale per busy
+#: worker: over an 8 s rate window of a 2-worker pool, a stuck pool reads >= 0.98 busy.
+BUSY_TICK_S = 0.1
+
+
+class _BusyTicker:
+    """One daemon thread per process that credits busy pools' running time every
+    ``BUSY_TICK_S``, so a task that never ends (a stuck worker) still counts as busy.
+
+    It sleeps while no pool is busy. Pools are held weakly; a pool joins under its own
+    lock when it becomes busy and leaves under the same lock when it is idle, so a task
+    that starts while the ticker drops its pool cannot be missed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: weakref.WeakSet[InstrumentedExecutor] = weakref.WeakSet()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pool: InstrumentedExecutor) -> None:
+        """Credit ``pool`` until it is idle (called under the pool's lock)."""
+        with self._lock:
+            self._pools.add(pool)
+            # a forked child (gunicorn --preload) inherits the object, not the thread
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="aivitals-pool-busy", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def drop(self, pool: InstrumentedExecutor) -> None:
+        """Stop crediting ``pool`` (called under the pool's lock, when it is idle)."""
+        with self._lock:
+            self._pools.discard(pool)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            time.sleep(BUSY_TICK_S)
+            with self._lock:
+                pools = list(self._pools)
+            for pool in pools:
+                pool._tick()
+            with self._lock:
+                if not self._pools:
+                    self._wake.clear()
+
+
+_TICKER = _BusyTicker()
 
 
 class InstrumentedQueue(asyncio.Queue[T]):
@@ -89,7 +144,8 @@ class InstrumentedQueue(asyncio.Queue[T]):
 
 
 class InstrumentedExecutor(concurrent.futures.Executor):
-    """Wraps a ThreadPoolExecutor or ProcessPoolExecutor: active/max workers, wait, rejections.
+    """Wraps a ThreadPoolExecutor or ProcessPoolExecutor: active/max workers, busy time,
+    wait, rejections.
 
     ``max_queue`` bounds the tasks waiting for a worker (None: unbounded, as the
     stdlib); past it ``submit`` raises ``PoolSaturated``. Usable with
@@ -128,6 +184,13 @@ class InstrumentedExecutor(concurrent.futures.Executor):
         self._outstanding = 0
         self._running = 0
         self._active = family("worker_pool_active_workers", registry).labels(name)
+        # The gauge is what a scrape happens to catch; the busy-time counter integrates
+        # it, so rate()/max_workers is the exact busy share over any window (a 2-worker
+        # pool sampled once a second reads "all busy" for several scrapes in a row in a
+        # healthy burst). Credited at every change and, while busy, every BUSY_TICK_S.
+        self._busy = family("worker_pool_busy_seconds_total", registry).labels(name)
+        self._busy_workers = 0
+        self._credited_at = time.monotonic()
         self._rejected = family("worker_pool_rejections_total", registry).labels(name)
         self._wait = family("queue_wait_seconds", registry).labels(f"pool:{name}")
         self._length = family("queue_length", registry).labels(f"pool:{name}")
@@ -220,8 +283,26 @@ class InstrumentedExecutor(concurrent.futures.Executor):
             self._publish()
 
     def _publish(self) -> None:
-        self._active.set(self.active)
+        # under self._lock: credit the time since the last change at the old count
+        self._credit()
+        busy = self.active
+        if busy and not self._busy_workers:
+            _TICKER.watch(self)
+        elif self._busy_workers and not busy:
+            _TICKER.drop(self)
+        self._busy_workers = busy
+        self._active.set(busy)
         self._length.set(self.waiting)
+
+    def _credit(self) -> None:
+        now = time.monotonic()
+        if self._busy_workers:
+            self._busy.inc(self._busy_workers * (now - self._credited_at))
+        self._credited_at = now
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._credit()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)

@@ -251,6 +251,15 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "Workers executing a task now.",
     ),
     ("worker_pool_max_workers", G, "workers", SERVICE, ("pool",), "The pool's worker limit."),
+    (
+        "worker_pool_busy_seconds_total",
+        C,
+        "seconds",
+        SERVICE,
+        ("pool",),
+        "Worker-seconds spent executing tasks, running ones included: its rate over the "
+        "worker limit is the pool's busy share, where the active-workers gauge is a sample.",
+    ),
     ("worker_pool_rejections_total", C, "tasks", SERVICE, ("pool",), "Tasks refused by the pool."),
     # --- protection -----------------------------------------------------------------------
     (
