@@ -152,6 +152,27 @@ def test_a_connection_idle_past_the_keepalive_expiry_is_not_reused() -> None:
     assert srv.connections == 1
 
 
+@pytest.mark.parametrize("pool", [0, 3])
+def test_a_closed_loop_sends_every_input_new_when_the_pool_is_0(pool: int) -> None:
+    """input_pool 0 is "every request different" in a closed loop too: it cycled the
+    plan's single input, and a response cache answered every request after the first
+    (validate's measurement of the model's speed read 9 ms, the cache's)."""
+    with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:
+        rep = run_load(
+            LoadConfig(
+                url=srv.url + "/v1/completions",
+                concurrency=2,
+                duration=0.3,
+                max_tokens=3,
+                input_pool=pool,
+                seed=7,
+            )
+        )
+    assert rep.completed > 6 and rep.failed == 0, rep.errors
+    distinct = len(set(srv.bodies))
+    assert distinct == (len(srv.bodies) if pool == 0 else pool), distinct
+
+
 def test_explicit_requests_are_cycled() -> None:
     spec = completions_request("a b c", 3, stream=True)
     with tiny_server(ttft_delay=0.0, token_delay=0.0) as srv:

@@ -108,6 +108,17 @@ def test_report_lines_and_json(tmp_path: Path) -> None:
     md = r.to_markdown()
     assert "| `gpu_oom` | model | FAIL | 1 |  |" in md
     assert "[fail] X did not fire" in md and "skipped: needs root" in md
+    assert "Model SLA" not in md  # no stack ran: nothing to say
+    r.environment["sla_seconds"] = 0.595
+    r.environment["sla_calibration"] = {
+        "median_s": 0.238, "completed": 50, "concurrency": 2, "sla_per_median": 2.5,
+    }  # fmt: skip
+    assert (
+        "Model SLA of the rules: 0.595 s (2.5 x the model's measured median, 0.238 s over 50 "
+        "completions at 2 in flight)." in r.to_markdown()
+    )
+    r.environment["sla_calibration"] = None
+    assert "Model SLA of the rules: 0.595 s (set by the caller)." in r.to_markdown()
 
 
 def _write_log(path: Path, records: list[dict[str, object]]) -> None:
@@ -298,6 +309,24 @@ def test_the_sla_keeps_the_fault_cases_budget_per_token_for_longer_generations()
     assert _demo_rule_params(MAX_OUTPUT_TOKENS)["sla_seconds"] == default_pack().params.sla_seconds
     with pytest.raises(ConfigError, match="max_tokens 0"):
         _demo_rule_params(0)
+
+
+def test_the_sla_follows_the_models_measured_speed() -> None:
+    """A model 1.8x slower than the nominal 0.1 s gets an SLA 1.8x longer: a fixed 0.25 s
+    sat at the slower healthy model's P99 (one slow inference paged). The sweep's
+    contention factors (2 x SLA over the model's time) are then the same everywhere."""
+    from aivitals.demo import MAX_OUTPUT_TOKENS
+    from aivitals.validate._runner import NOMINAL_MEDIAN_S, SLA_PER_MEDIAN, _demo_rule_params
+    from aivitals.validate._severity import DEMO_INFERENCE_S, knob
+
+    assert _demo_rule_params(median_s=0.18) == {"sla_seconds": 0.45}
+    assert _demo_rule_params(MAX_OUTPUT_TOKENS, median_s=0.18) == {"sla_seconds": 1.8}
+    assert DEMO_INFERENCE_S == NOMINAL_MEDIAN_S
+    at = knob("gpu_contention")
+    assert at.threshold == {"factor": 2 * SLA_PER_MEDIAN}  # P99 at 2 x SLA: x5
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(ConfigError, match="median_s"):
+            _demo_rule_params(median_s=bad)
 
 
 # --- strict checks -------------------------------------------------------------------------

@@ -246,7 +246,17 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # co-tenant's own kernels fill the rest of the time, so a contended device sits at
     # 100 % and GPUSMStuck's "runaway kernel" is the co-tenant's (paged at the sweep's
     # moderate severity, 2026-12-01: min utilization >= 0.99 over its whole window)
-    "gpu_contention": ("GPUUtilizationHigh", "WorkerPoolSaturated", "QueueWaitHigh", "GPUSMStuck"),
+    # A device slowed below the arrival rate queues without bound: QueueBacklog once the
+    # queue passes its limit, the sibling of QueueWaitHigh (quick x8 on a machine whose
+    # model takes 0.18 s: 1.4 s an inference, 2 workers serve 1.4/s of the 2/s sent;
+    # paged in the clean-clone CI run at 310ee87 and twice on 2026-12-01)
+    "gpu_contention": (
+        "GPUUtilizationHigh",
+        "WorkerPoolSaturated",
+        "QueueWaitHigh",
+        "QueueBacklog",
+        "GPUSMStuck",
+    ),
     # requests wait while the GPU idles: the very symptom of these two
     "event_loop_blocked": (
         "GPUUtilizationLow",

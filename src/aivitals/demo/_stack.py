@@ -27,8 +27,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -379,6 +379,22 @@ class Stack:
         for collector in self.agent.collectors:
             if isinstance(collector, HTTPProbeCollector):
                 collector.retarget(PROBE_TARGET, url)
+
+    def start_agent(self, rule_params: Mapping[str, Any] | None = None) -> None:
+        """Start the agent and its rules on a stack started with ``agent=False``.
+
+        For a caller that must measure the running service before it knows the rules'
+        parameters: validate sets the model SLA from the demo model's measured speed on
+        this machine. ``rule_params`` are added to the config's (they win).
+        """
+        if self.service is None:
+            raise ServiceError("start the stack before its agent")
+        if self.agent is not None:
+            raise ServiceError("the stack's agent is already running")
+        self.config = replace(
+            self.config, agent=True, rule_params={**self.config.rule_params, **(rule_params or {})}
+        )
+        self._start_agent()
 
     def _start_agent(self) -> None:
         from ..agent import Agent

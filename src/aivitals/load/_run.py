@@ -310,12 +310,26 @@ class _Run:
 
     async def _closed(self, specs: list[RequestSpec], wires: dict[int, bytes], t0: float) -> None:
         cycle = itertools.cycle(specs)
+        config = self.config
+        kind = _payload_kind(config, self.path)
+        # input_pool 0 means every request different; a closed loop does not know how
+        # many it will send, so each is made when it is sent (cycling the plan's one spec
+        # sent the same input every time, and a response cache answered all but the first)
+        fresh = not config.requests and config.input_pool == 0 and kind != "get"
+        rng = random.Random(None if config.seed is None else config.seed + 1)
 
         def next_request() -> tuple[RequestSpec, bytes]:
-            spec = next(cycle)
+            if fresh:
+                spec = _one(
+                    kind, self.path, config.prompt_tokens, config.max_tokens, config.stream, rng
+                )
+                wire = spec.wire(self.host_header)
+            else:
+                spec = next(cycle)
+                wire = wires[id(spec)]
             if self.counters is not None:
                 self.counters.sent += 1
-            return spec, wires[id(spec)]
+            return spec, wire
 
         engine = self.engine
         engine.next_request = next_request

@@ -102,6 +102,20 @@ class Report:
             d["passed"] = s.passed
         return out
 
+    def _sla_lines(self) -> list[str]:
+        """The model SLA the rules ran with, and the measurement it came from."""
+        sla = self.environment.get("sla_seconds")
+        if sla is None:
+            return []
+        cal = self.environment.get("sla_calibration")
+        how = (
+            "set by the caller"
+            if not cal
+            else f"{cal['sla_per_median']:g} x the model's measured median, {cal['median_s']:g} s "
+            f"over {cal['completed']} completions at {cal['concurrency']} in flight"
+        )
+        return [f"Model SLA of the rules: {sla:g} s ({how}).", ""]
+
     def to_markdown(self) -> str:
         """The report as Markdown: a summary table, then every check of every scenario."""
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.started_at))
@@ -111,6 +125,7 @@ class Report:
             "",
             f"Run {when}, mode `{mode}`: **{self.summary()}**.",
             "",
+            *self._sla_lines(),
             "| case | layer | result | failed checks | diagnosis stable |",
             "|---|---|---|---|---|",
         ]

@@ -51,13 +51,9 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
     chosen = cases_of(config)
     with RunLock(config.lock_path):
         report = Report(quick=config.quick, planned=len(chosen))
+        # the agent starts once the model's speed is measured: its rules need the SLA
         stack = Stack(
-            StackConfig(
-                quick=config.quick,
-                workdir=config.workdir,
-                gpu=config.gpu,
-                rule_params={**_demo_rule_params(), **config.rule_params},
-            )
+            StackConfig(quick=config.quick, workdir=config.workdir, gpu=config.gpu, agent=False)
         )
         relay = Relay()
         try:
@@ -66,7 +62,11 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
                 f"({'quick' if config.quick else 'full'} run)"
             )
             stack.start()
+            calibration = start_calibrated_agent(
+                stack, dict(config.rule_params), FAULT_CASE_TOKENS, echo
+            )
             report.environment = _environment(stack)
+            report.environment["sla_calibration"] = calibration
             _warm_up(stack, config, echo, relay)
             _run_all(stack, chosen, config, report, echo, relay=relay)
         except KeyboardInterrupt:
@@ -162,22 +162,106 @@ _CARRY_S = 3600.0
 
 
 #: The demo SLA for validate's fault cases, whose completions are ``LoadPlan.max_tokens``
-#: (12) tokens long: the demo's model answers them in ~0.1 s on CPU, so the SLA is set to
-#: match (DOMAIN: "inference_time_p99 <= model SLA", alert at 2x), not the pack's 1 s.
-FAULT_CASE_SLA_S = 0.25
+#: (12) tokens long, as a multiple of the demo model's median time on them, measured on
+#: this machine when the run starts (``calibrate_sla``). DOMAIN: "inference_time_p99 <=
+#: model SLA", alert at 2x. 2.5 is the ratio validate was designed with: an SLA of 0.25 s
+#: for a model that answered in ~0.1 s. A fixed 0.25 s assumed that machine: on one 1.8x
+#: slower (the shared development machine from 2026-12-01 on: a capacity probe of 11
+#: completions/s, not 20) the healthy model's median was 0.17-0.19 s, its P99 over a rate
+#: window of quick mode's ~20 inferences 0.45-0.50 s, at the 0.5 s bound, and one slow
+#: inference paged InferenceLatencyHigh in disk_io_saturation, cold_start and two pairs
+#: (CI runs at 310ee87 and ab461be).
+SLA_PER_MEDIAN = 2.5
+#: The model's median assumed when nothing was measured (the sweep's planning, the unit
+#: tests): the ~0.1 s the 2.5 ratio was set on, so its SLA is the former 0.25 s.
+NOMINAL_MEDIAN_S = 0.1
+FAULT_CASE_SLA_S = SLA_PER_MEDIAN * NOMINAL_MEDIAN_S
 FAULT_CASE_TOKENS = LoadPlan().max_tokens
+#: How long the calibration's closed loop runs, and the least it must complete.
+CALIBRATION_S = 6.0
+CALIBRATION_MIN_COMPLETED = 10
 
 
-def _demo_rule_params(max_tokens: int = FAULT_CASE_TOKENS) -> dict[str, Any]:
+def _demo_rule_params(
+    max_tokens: int = FAULT_CASE_TOKENS, median_s: float = NOMINAL_MEDIAN_S
+) -> dict[str, Any]:
     """The rule parameters validate runs the demo with, for generations of up to
-    ``max_tokens``: the inference time grows with the tokens generated, so a workload of
-    longer ones (the soak replays the trace's, up to 48) gets the same budget per token,
-    for its longest generation: an SLA the healthy service can hold for every request it
-    is sent. 12 tokens: 0.25 s; 48: 1.0 s (the pack's default, the one ``aivitals demo``
-    runs with on the same workload)."""
+    ``max_tokens``, on a model whose 12-token completions take ``median_s`` (median).
+
+    The SLA is ``SLA_PER_MEDIAN`` times that median, and the inference time grows with
+    the tokens generated, so a workload of longer ones (the soak replays the trace's, up
+    to 48) gets the same budget per token, for its longest generation: an SLA the
+    healthy service can hold for every request it is sent. At the nominal 0.1 s: 12
+    tokens 0.25 s, 48 tokens 1.0 s (the pack's default)."""
     if max_tokens < 1:
         raise ConfigError(f"max_tokens {max_tokens!r}: expected at least 1")
-    return {"sla_seconds": round(FAULT_CASE_SLA_S * max_tokens / FAULT_CASE_TOKENS, 6)}
+    if not median_s > 0:
+        raise ConfigError(f"median_s {median_s!r}: expected a time above 0 s")
+    sla = SLA_PER_MEDIAN * median_s * max_tokens / FAULT_CASE_TOKENS
+    return {"sla_seconds": round(sla, 3)}
+
+
+def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+    """Measure the demo model's speed on this machine: the fault cases' completions
+    (``LoadPlan``'s tokens, every prompt new so none is a cache hit) in a closed loop
+    at one per worker for ``seconds``. Returns ``median_s`` (the clients' median time),
+    ``completed`` and ``seconds``; ``_demo_rule_params(median_s=...)`` turns it into the
+    SLA. A service that completes fewer than ``CALIBRATION_MIN_COMPLETED`` cannot be
+    measured: ``ServiceError`` says what the client saw."""
+    from ..errors import ServiceError
+    from ..load import LoadConfig, run_load
+
+    plan = LoadPlan()
+    report = run_load(
+        LoadConfig(
+            url=stack.service.url.rstrip("/") + "/v1/completions",
+            concurrency=stack.config.workers,
+            duration=seconds,
+            max_tokens=plan.max_tokens,
+            prompt_tokens=plan.prompt_tokens,
+            input_pool=0,
+            timeout=10.0,
+        )
+    )
+    if report.completed < CALIBRATION_MIN_COMPLETED:
+        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
+        raise ServiceError(
+            f"measuring the demo model's speed: {report.completed} of {report.sent} "
+            f"completions answered in {seconds:g} s (errors: {errors}); the service "
+            "cannot serve"
+        )
+    return {
+        "median_s": round(report.e2e.median_ms / 1000.0, 4),
+        "completed": report.completed,
+        "seconds": seconds,
+        "concurrency": stack.config.workers,
+        "sla_per_median": SLA_PER_MEDIAN,
+    }
+
+
+def start_calibrated_agent(
+    stack: Any, user_params: dict[str, Any], max_tokens: int, echo: Echo
+) -> dict[str, Any] | None:
+    """Start ``stack``'s agent (the stack started with ``agent=False``) with the demo's
+    rule parameters for generations of up to ``max_tokens``: the SLA from the model's
+    measured speed (``calibrate_sla``), unless ``user_params`` set ``sla_seconds``;
+    ``user_params`` win. Returns the calibration (None when the user's SLA was used)."""
+    calibration = None
+    params = _demo_rule_params(max_tokens)
+    if "sla_seconds" not in user_params:
+        echo(f"measuring the demo model's speed ({CALIBRATION_S:g} s) ...")
+        calibration = calibrate_sla(stack)
+        params = _demo_rule_params(max_tokens, calibration["median_s"])
+        calibration["sla_seconds"] = params["sla_seconds"]
+        echo(
+            f"model speed: {FAULT_CASE_TOKENS}-token completions take "
+            f"{calibration['median_s']:.3f} s (median of {calibration['completed']}, "
+            f"{calibration['concurrency']} in flight); model SLA {SLA_PER_MEDIAN:g} x "
+            f"that x {max_tokens}/{FAULT_CASE_TOKENS} tokens = {params['sla_seconds']:g} s "
+            f"(InferenceLatencyHigh above {2 * params['sla_seconds']:g} s)"
+        )
+    stack.start_agent({**params, **user_params})
+    return calibration
 
 
 def _environment(stack: Any) -> dict[str, Any]:
@@ -188,6 +272,7 @@ def _environment(stack: Any) -> dict[str, Any]:
         "sim_gpu_dir": str(stack.sim_gpu_dir),
         "tick_s": stack.config.tick,
         "gpu": stack.config.gpu_backend,
+        "sla_seconds": stack.pack.params.sla_seconds,
     }
 
 

@@ -87,9 +87,11 @@ def _signature_param(signature: str, key: str) -> float:
     raise ConfigError(f"the diagnosis has no signature {signature!r}")
 
 
-#: The demo model's inference time on validate's completions (12 tokens, CPU): ~0.1 s,
-#: the figure validate's SLA of 0.25 s was set from (``_demo_rule_params``), and the one
-#: the scenario's comment measured (x5 gave a P99 of 0.498 s).
+#: The demo model's inference time on validate's completions (12 tokens, CPU), nominal:
+#: ~0.1 s, the figure the SLA ratio was set from (``SLA_PER_MEDIAN``). A run measures the
+#: model and sets its SLA to that ratio times the median it measured, so the contention
+#: factor that reaches 2 x SLA (x5, x10) is the same on any machine; the seconds this
+#: module states for it are at the nominal speed (the run's report has the measured one).
 DEMO_INFERENCE_S = 0.1
 
 #: Of the malformed-input fault's five bodies (``MALFORMED_BODIES``), two are refused

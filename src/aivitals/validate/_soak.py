@@ -401,7 +401,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
     plan = SoakPlan.for_run(duration, config.quick)  # bad input fails before anything starts
 
     from ..demo import MAX_OUTPUT_TOKENS, SoakLoad, Stack, StackConfig
-    from ._runner import _demo_rule_params, _environment
+    from ._runner import _environment, start_calibrated_agent
 
     with RunLock(config.lock_path):
         report = SoakReport(quick=config.quick, duration=plan.duration)
@@ -410,9 +410,8 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 quick=config.quick,
                 workdir=config.workdir,
                 gpu=config.gpu,
-                # the trace's generations run up to MAX_OUTPUT_TOKENS, 4x the fault
-                # cases': the SLA grows with them (see _demo_rule_params)
-                rule_params={**_demo_rule_params(MAX_OUTPUT_TOKENS), **config.rule_params},
+                # the agent starts once the model's speed is measured: its rules need the SLA
+                agent=False,
                 service_args=("--cache-ttl", f"{plan.cache_ttl:g}"),
             )
         )
@@ -423,7 +422,13 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
                 f"({'quick' if config.quick else 'full'} run, no fault)"
             )
             stack.start()
+            # the trace's generations run up to MAX_OUTPUT_TOKENS, 4x the fault cases':
+            # the SLA grows with them (see _demo_rule_params)
+            calibration = start_calibrated_agent(
+                stack, dict(config.rule_params), MAX_OUTPUT_TOKENS, echo
+            )
             report.environment = _environment(stack)
+            report.environment["sla_calibration"] = calibration
             if stack.ledger is not None:
                 report.environment["stack_ledger"] = stack.ledger.run_id
             load = SoakLoad(
