@@ -111,6 +111,29 @@ def test_busy_time_is_the_integral_of_the_busy_workers_and_stops_when_idle() -> 
     assert _value(reg, "worker_pool_busy_seconds_total", pool="b") == busy
 
 
+def test_a_forked_child_gets_its_own_busy_ticker() -> None:
+    """A fork can happen while another thread holds the ticker's lock (gunicorn forks
+    its workers from a parent that may have served): the child must not inherit it."""
+    import os
+
+    from aivitals.instrument import _queue
+
+    parent = _queue._TICKER
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running pytest's teardown
+        ok = _queue._TICKER is not parent and not _queue._TICKER._lock.locked()
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"1"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert _queue._TICKER is parent
+
+
 def test_executor_works_with_run_in_executor_and_propagates_errors() -> None:
     reg = CollectorRegistry()
     pool = InstrumentedExecutor(ThreadPoolExecutor(1), name="x", registry=reg)

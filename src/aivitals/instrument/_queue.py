@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import os
 import threading
 import time
 import weakref
@@ -56,7 +57,6 @@ class _BusyTicker:
         """Credit ``pool`` until it is idle (called under the pool's lock)."""
         with self._lock:
             self._pools.add(pool)
-            # a forked child (gunicorn --preload) inherits the object, not the thread
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="aivitals-pool-busy", daemon=True
@@ -83,6 +83,16 @@ class _BusyTicker:
 
 
 _TICKER = _BusyTicker()
+
+
+def _new_ticker_after_fork() -> None:
+    # a child forked while another thread held the ticker's lock would inherit it held;
+    # the parent's pools (and their threads) do not live in the child anyway
+    global _TICKER
+    _TICKER = _BusyTicker()
+
+
+os.register_at_fork(after_in_child=_new_ticker_after_fork)
 
 
 class InstrumentedQueue(asyncio.Queue[T]):
