@@ -11,9 +11,10 @@ compressed ``for:`` (CI run at f74577e), both fixed in 25ef122 (LatencyHighWorke
 reads the pool's idleness over its window; the flood reopens out of step); none since in
 3 runs of every case (clean-clone CI at 518c785 and df50427, the sweep's severe cases). The
 diagnosis and unlisted paging alerts it measures and reports (printed on the terminal
-with every failed check), not yet enforced: the last clean-clone CI run failed the
-diagnosis in 2 of 25 cases, and the quick sweep paged CacheHitRatioDrop on 1-2 s blips
-that quick mode's one-evaluation ``for:`` cannot tell from a fault (issue #14 open).
+with every failed check), not yet enforced: the clean-clone CI runs from 2026-12-01 failed
+them in 1-6 of 25 cases (19-24 of 25 passed), the one at 81df995 (the SLA from the
+model's measured speed) in none, and the quick sweep paged CacheHitRatioDrop on 1-2 s
+blips that quick mode's one-evaluation ``for:`` cannot tell from a fault (issue #14 open).
 The run is also accounted for: it leaves the machine's processes,
 network namespaces, nft tables and temp dirs as they were.
 """

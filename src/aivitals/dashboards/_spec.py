@@ -417,8 +417,12 @@ QUEUE = DashboardSpec(
                 PanelSpec(
                     "Worker pool busy share",
                     "timeseries",
+                    # the busy-time counter's rate, as WorkerPoolSaturated reads it; the
+                    # sampled gauge for pools that do not export the counter
                     _q(
                         (
+                            f"{series('worker_pool_busy_seconds_total', fn='rate')} / "
+                            f"{series('worker_pool_max_workers')} or "
                             f"{series('worker_pool_active_workers')} / "
                             f"{series('worker_pool_max_workers')}",
                             "{{node}} {{pool}}",
