@@ -616,3 +616,19 @@ def test_a_periodic_full_run_fault_holds_long_enough_for_its_alerts_for() -> Non
         on = s.params.get("on_seconds", FAULTS[s.fault].params["on_seconds"][0])
         longest = max(fors[a] for a in FAULT_TABLE[s.fault].alerts)
         assert on > longest, (s.fault, on, longest)
+
+
+def test_a_callers_sla_skips_the_measurement_and_wins() -> None:
+    from aivitals.validate._runner import start_calibrated_agent
+
+    started: list[dict[str, object]] = []
+
+    class _NoService:  # calibrating would send requests to it: it must not be asked
+        config = None
+
+        def start_agent(self, params: dict[str, object]) -> None:
+            started.append(params)
+
+    lines: list[str] = []
+    got = start_calibrated_agent(_NoService(), {"sla_seconds": 0.8}, 48, lines.append)
+    assert got is None and started == [{"sla_seconds": 0.8}] and lines == []

@@ -65,8 +65,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             calibration = start_calibrated_agent(
                 stack, dict(config.rule_params), FAULT_CASE_TOKENS, echo
             )
-            report.environment = _environment(stack)
-            report.environment["sla_calibration"] = calibration
+            report.environment = _environment(stack, calibration)
             _warm_up(stack, config, echo, relay)
             _run_all(stack, chosen, config, report, echo, relay=relay)
         except KeyboardInterrupt:
@@ -246,8 +245,7 @@ def start_calibrated_agent(
     rule parameters for generations of up to ``max_tokens``: the SLA from the model's
     measured speed (``calibrate_sla``), unless ``user_params`` set ``sla_seconds``;
     ``user_params`` win. Returns the calibration (None when the user's SLA was used)."""
-    calibration = None
-    params = _demo_rule_params(max_tokens)
+    calibration, params = None, {}
     if "sla_seconds" not in user_params:
         echo(f"measuring the demo model's speed ({CALIBRATION_S:g} s) ...")
         calibration = calibrate_sla(stack)
@@ -264,7 +262,9 @@ def start_calibrated_agent(
     return calibration
 
 
-def _environment(stack: Any) -> dict[str, Any]:
+def _environment(stack: Any, calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """Where the run's stack lives, and the SLA its rules ran with (``calibration``: the
+    measurement it came from, None when the caller set it)."""
     return {
         "service": stack.service.url,
         "agent": stack.agent.url,
@@ -273,6 +273,7 @@ def _environment(stack: Any) -> dict[str, Any]:
         "tick_s": stack.config.tick,
         "gpu": stack.config.gpu_backend,
         "sla_seconds": stack.pack.params.sla_seconds,
+        "sla_calibration": calibration,
     }
 
 
