@@ -202,3 +202,52 @@ def test_bad_config(kwargs: dict[str, object], word: str) -> None:
     url = kwargs.pop("url")
     with pytest.raises(ConfigError, match=word):
         Scraper(str(url), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_prometheus_client_target_answers_the_text_format() -> None:
+    """prometheus_client answers OpenMetrics whenever the Accept header names it, and
+    OpenMetrics goes to the store's slow reference parser (~100x the fast path's time)."""
+    from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+    registry = CollectorRegistry()
+    Counter("demo_requests", "requests", ["route"], registry=registry).labels("/v1").inc()
+    port = free_port()
+    srv, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        result = Scraper(f"http://127.0.0.1:{port}/metrics", job="demo").fetch()
+    finally:
+        srv.shutdown()
+        thread.join(5)
+    assert result.ok, result.reason
+    assert result.text is not None and 'demo_requests_total{route="/v1"} 1.0' in result.text
+    assert "# EOF" not in result.text
+
+
+class _OpenMetricsOnly(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = b'# TYPE om_only counter\nom_only_total{a="b"} 3.0\n# EOF\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/openmetrics-text; version=1.0.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_target_that_speaks_only_openmetrics_is_still_stored() -> None:
+    from aivitals.tsdb import Store
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OpenMetricsOnly)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        result = Scraper(f"http://127.0.0.1:{srv.server_address[1]}/m", job="om").fetch()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert result.ok and result.text is not None
+    store = Store(retention=1e9)
+    store.ingest_exposition(result.text, timestamp=1000.0)
+    assert store.query("om_only_total", 1000.0).vector[0].value == 3.0

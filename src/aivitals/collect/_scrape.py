@@ -26,7 +26,12 @@ _CHUNK = 64 * 1024
 _FOREIGN = tuple(sorted({a.foreign for a in ALIASES}))
 #: Their distinct first five characters: a handful of substring scans rule a body out.
 _STEMS = tuple(sorted({name[:5] for name in _FOREIGN}))
-_ACCEPT = "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;q=0.5, */*;q=0.1"
+#: The text format only. prometheus_client answers OpenMetrics whenever the header names
+#: it, whatever its q, and OpenMetrics goes to its reference parser: 89 ms a scrape of the
+#: demo service's 962 samples against 0.8 ms for the same samples as text on the store's
+#: fast path (2026-12-02), which at quick mode's 1 s scrapes cost validate a tenth of a
+#: core. A target that speaks only OpenMetrics still answers */* with it, and parses.
+_ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
 
 
 @dataclass(frozen=True, slots=True)
