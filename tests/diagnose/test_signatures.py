@@ -189,6 +189,23 @@ def test_a_stampede_is_hits_turning_into_misses_not_hits_going_away() -> None:
     assert "cache_stampede" not in named
 
 
+def test_a_surge_whose_refusals_take_the_hits_away_is_no_stampede() -> None:
+    """Admission control refuses the surge and the clients whose lookups hit alike: the
+    hits fall, new inputs miss, the ratio collapses; every required part of a stampede
+    holds, but the lookups are ten times their usual number."""
+    from aivitals.diagnose import diagnose
+
+    def stampede_confidence(store: object) -> float:
+        found = diagnose(store, end=299.0, window=120.0, step=1.0).findings
+        return next((f.confidence for f in found if f.signature == "cache_stampede"), 0.0)
+
+    expired = _cache_store([4.0] * 240 + [0.0] * 60, [2.0] * 240 + [6.0] * 60)
+    surge = _cache_store([4.0] * 240 + [1.0] * 60, [2.0] * 240 + [60.0] * 60)
+    assert stampede_confidence(expired) > 0
+    # contradicted: half the confidence of the same evidence at the usual lookups
+    assert 0 < stampede_confidence(surge) <= 0.5 * stampede_confidence(expired) + 1e-9
+
+
 def _counters(store: object, series: dict[str, tuple[dict[str, str], list[float]]]) -> None:
     """Per-second increments as counters, 1 s apart."""
     for name, (labels, per_s) in series.items():

@@ -632,3 +632,35 @@ def test_a_callers_sla_skips_the_measurement_and_wins() -> None:
     lines: list[str] = []
     got = start_calibrated_agent(_NoService(), {"sla_seconds": 0.8}, 48, lines.append)
     assert got is None and started == [{"sla_seconds": 0.8}] and lines == []
+
+
+def test_the_fault_cases_run_the_demo_with_a_cache_ttl_longer_than_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load's 16 embeddings inputs, filled together, would expire together within
+    the run (300 +- 30 s) and quick mode's 8 s windows would read it as a stampede."""
+    import aivitals.demo
+    from aivitals.validate import run_validate
+    from aivitals.validate._runner import FAULT_CASE_CACHE_TTL_S
+
+    seen: list[Any] = []
+
+    class _Stack:
+        def __init__(self, config: Any) -> None:
+            seen.append(config)
+
+        def start(self) -> None:
+            raise KeyboardInterrupt  # stop here: the stack's config is what is checked
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(aivitals.demo, "Stack", _Stack)
+    report = run_validate(
+        ValidateConfig(quick=True, scenarios=("cpu_burn",), lock_path=tmp_path / "v.lock")
+    )
+    assert report.interrupted
+    args = list(seen[0].service_args)
+    ttl = float(args[args.index("--cache-ttl") + 1])
+    assert ttl == FAULT_CASE_CACHE_TTL_S
+    assert ttl >= 24 * 3600  # a day: no run of every case comes near it
