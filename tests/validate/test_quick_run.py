@@ -28,6 +28,7 @@ import pytest
 
 from aivitals.validate import SCENARIOS, hostable
 from aivitals.validate._cases import PAIRS
+from aivitals.validate._runner import FAULT_CASE_CACHE_TTL_S
 from tests._servers import require_binary
 
 #: Every fault of the chaos table, then the pairs; the ones this machine cannot host
@@ -60,6 +61,7 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: a check failed (below)
     data = json.loads(report.read_text())
     env = data["environment"]
+    assert env["cache_ttl_s"] == FAULT_CASE_CACHE_TTL_S  # no key expires on its own
     outcome.extra_ports |= {int(u.rsplit(":", 1)[1].split("/")[0]) for u in
                             (env["service"], env["redis"]) if u}  # fmt: skip
     left = leftovers(before, outcome, dirs)

@@ -505,6 +505,8 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     assert calibration["completed"] >= 10 and calibration["median_s"] > 0, calibration
     expected = _demo_rule_params(MAX_OUTPUT_TOKENS, median_s=calibration["median_s"])
     assert data["workload"]["sla_seconds"] == expected["sla_seconds"] == env["sla_seconds"]
+    # the soak's cache churns with its own TTL (the fault cases keep their keys a day)
+    assert env["cache_ttl_s"] == data["workload"]["cache_ttl_s"] < 3600
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: the verdict, below
     assert (outcome.codes[0] == 0) == (data["passed"] is True), summary
     # --record: the whole soak as a healthy recording the accuracy benchmark can score

@@ -71,7 +71,7 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             calibration = start_calibrated_agent(
                 stack, dict(config.rule_params), FAULT_CASE_TOKENS, echo
             )
-            report.environment = _environment(stack, calibration)
+            report.environment = _environment(stack, calibration, FAULT_CASE_CACHE_TTL_S)
             _warm_up(stack, config, echo, relay)
             _run_all(stack, chosen, config, report, echo, relay=relay)
         except KeyboardInterrupt:
@@ -278,9 +278,11 @@ def start_calibrated_agent(
     return calibration
 
 
-def _environment(stack: Any, calibration: dict[str, Any] | None) -> dict[str, Any]:
-    """Where the run's stack lives, and the SLA its rules ran with (``calibration``: the
-    measurement it came from, None when the caller set it)."""
+def _environment(
+    stack: Any, calibration: dict[str, Any] | None, cache_ttl: float
+) -> dict[str, Any]:
+    """Where the run's stack lives, the SLA its rules ran with (``calibration``: the
+    measurement it came from, None when the caller set it) and its demo cache's TTL."""
     return {
         "service": stack.service.url,
         "agent": stack.agent.url,
@@ -290,7 +292,7 @@ def _environment(stack: Any, calibration: dict[str, Any] | None) -> dict[str, An
         "gpu": stack.config.gpu_backend,
         "sla_seconds": stack.pack.params.sla_seconds,
         "sla_calibration": calibration,
-        "cache_ttl_s": FAULT_CASE_CACHE_TTL_S,
+        "cache_ttl_s": cache_ttl,
     }
 
 

@@ -427,7 +427,7 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
             calibration = start_calibrated_agent(
                 stack, dict(config.rule_params), MAX_OUTPUT_TOKENS, echo
             )
-            report.environment = _environment(stack, calibration)
+            report.environment = _environment(stack, calibration, plan.cache_ttl)
             if stack.ledger is not None:
                 report.environment["stack_ledger"] = stack.ledger.run_id
             load = SoakLoad(
