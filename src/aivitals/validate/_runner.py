@@ -46,21 +46,10 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
         report = run_validate(ValidateConfig(quick=True))
         report.write(Path("validate.json")); sys.exit(0 if report.passed else 1)
     """
-    from ..demo import Stack, StackConfig
-
     chosen = cases_of(config)
     with RunLock(config.lock_path):
         report = Report(quick=config.quick, planned=len(chosen))
-        # the agent starts once the model's speed is measured: its rules need the SLA
-        stack = Stack(
-            StackConfig(
-                quick=config.quick,
-                workdir=config.workdir,
-                gpu=config.gpu,
-                agent=False,
-                service_args=("--cache-ttl", f"{FAULT_CASE_CACHE_TTL_S:g}"),
-            )
-        )
+        stack = new_stack(config, FAULT_CASE_CACHE_TTL_S)
         relay = Relay()
         try:
             echo(
@@ -276,6 +265,23 @@ def start_calibrated_agent(
         )
     stack.start_agent({**params, **user_params})
     return calibration
+
+
+def new_stack(config: ValidateConfig, cache_ttl: float) -> Any:
+    """The demo stack a run starts (not yet started): the config's mode, workdir and GPU,
+    the demo cache's TTL, and no agent: it starts once the model's speed is measured
+    (``start_calibrated_agent``), because its rules need the SLA."""
+    from ..demo import Stack, StackConfig
+
+    return Stack(
+        StackConfig(
+            quick=config.quick,
+            workdir=config.workdir,
+            gpu=config.gpu,
+            agent=False,
+            service_args=("--cache-ttl", f"{cache_ttl:g}"),
+        )
+    )
 
 
 def _environment(

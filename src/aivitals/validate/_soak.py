@@ -400,21 +400,12 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
     """
     plan = SoakPlan.for_run(duration, config.quick)  # bad input fails before anything starts
 
-    from ..demo import MAX_OUTPUT_TOKENS, SoakLoad, Stack, StackConfig
-    from ._runner import _environment, start_calibrated_agent
+    from ..demo import MAX_OUTPUT_TOKENS, SoakLoad
+    from ._runner import _environment, new_stack, start_calibrated_agent
 
     with RunLock(config.lock_path):
         report = SoakReport(quick=config.quick, duration=plan.duration)
-        stack = Stack(
-            StackConfig(
-                quick=config.quick,
-                workdir=config.workdir,
-                gpu=config.gpu,
-                # the agent starts once the model's speed is measured: its rules need the SLA
-                agent=False,
-                service_args=("--cache-ttl", f"{plan.cache_ttl:g}"),
-            )
-        )
+        stack = new_stack(config, plan.cache_ttl)
         load: Any = None
         try:
             echo(
