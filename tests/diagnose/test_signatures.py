@@ -240,3 +240,22 @@ def test_a_rise_of_requests_the_input_guard_refuses_is_not_a_traffic_surge() -> 
     # contradicted: half the confidence (it may still be listed, below what explains it)
     assert surge(store(10.0)) <= 0.5 * surge(store(0.0)) + 1e-9
     assert surge(store(0.0)) > 0
+
+
+def test_a_small_pool_sampled_busy_in_its_baseline_still_shows_its_saturation() -> None:
+    """Two workers at 0.2 s an inference are busy about 30 % of the time, but a scrape
+    samples them at 0, 1 or 2: the instant gauge's baseline spans 0-1 and hides the rise
+    to 1.0 that the busy-time counter shows plainly (validate's worker_pool_saturated
+    after event_loop_blocked, CI 2026-12-02)."""
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+
+    s = Store(retention=1e9)
+    pool = {"pool": "model"}
+    cycle = [0.0, 1.0, 2.0, 1.0, 2.0]  # instant samples of a ~30 % busy pool of two
+    for i in range(60):
+        s.append("worker_pool_max_workers", pool, 2.0, float(i))
+        s.append("worker_pool_active_workers", pool, cycle[i % 5] if i < 30 else 2.0, float(i))
+    _counters(s, {"worker_pool_busy_seconds_total": (pool, [0.6] * 30 + [2.0] * 30)})
+    found = diagnose(s, end=59.0, window=59.0, step=1.0, rate=8.0).findings
+    assert found and found[0].signature == "worker_pool_saturated", found

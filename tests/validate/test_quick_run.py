@@ -42,6 +42,10 @@ def test_every_fault_of_the_chaos_table_has_a_scenario() -> None:
     assert {n for n in ALL if "+" not in n} == set(FAULT_TABLE)
 
 
+def _recordings(tmp_path: Path, tag: str) -> Path:
+    return tmp_path / f"recordings-{tag}"
+
+
 def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str]]:
     """Run ``validate --quick`` on ``names`` as a user does (the real CLI in a
     subprocess, under a child subreaper with its own TMPDIR, chaos root and lock);
@@ -55,7 +59,10 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
 
     dirs = Dirs(tmp_path / f"acct-{tag}")
     report = tmp_path / f"validate-{tag}.json"
-    argv = cli("validate", "--quick", "--scenarios", ",".join(names), "--report", str(report))
+    # recorded (snapshots of every case's window, about 0.2 MB a case) so that a measured
+    # miss can be replayed and explained after the run: the path is printed with it
+    argv = cli("validate", "--quick", "--scenarios", ",".join(names), "--report", str(report),
+               "--record", str(_recordings(tmp_path, tag)))  # fmt: skip
     before = Machine.now()
     outcome = run_as_user(dirs, [{"argv": argv, "timeout": 2200}], timeout=2300)
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: a check failed (below)
@@ -69,6 +76,9 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
     ran = {s["fault"] for s in data["scenarios"] if s["skipped"] is None}
     hostable_here = {n for n in names if all(hostable(SCENARIOS[f]) is None for f in n.split("+"))}
     assert ran == hostable_here
+    # every case that ran left its recording (the label beside its snapshot)
+    recorded = {p.stem for p in _recordings(tmp_path, tag).glob("*.aivsnap")}
+    assert recorded == ran, recorded ^ ran
     return {
         s["fault"]: [c for c in s["checks"] if c["ok"] is False]
         or [{"name": "error", "text": s["error"], "data": {}}]
@@ -120,5 +130,7 @@ def test_validate_quick_catches_every_hostable_fault(
             print(
                 "\nstrict checks measured, not yet enforced in CI: "
                 + json.dumps({f: t for f, t in measured.items() if t}, indent=1)
+                + f"\nrecordings to replay them (aivitals.validate.load_recordings): "
+                f"{_recordings(tmp_path, 'once')}"
             )
     assert not {f: t for f, t in enforced.items() if t}, json.dumps(enforced, indent=1)

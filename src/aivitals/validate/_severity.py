@@ -374,19 +374,23 @@ def _knobs() -> dict[str, Knob]:
             {"percent": _up(200 * loss, 1)},
         )
     )
-    probe = _signature_param("network_latency", "probe_seconds")
+    signature_probe = _signature_param("network_latency", "probe_seconds")
+    alert_probe = float(pack.probe_latency_seconds)
+    probe = min(signature_probe, alert_probe)
     out.append(
         Knob(
             "network_latency",
             "delay_ms",
             "s added to the probe's round trip",
             probe,
-            f"signature network_latency probe_seconds {probe:g} (the issue's 100 ms): the "
-            "request and its answer each cross the delaying proxy",
+            f"signature network_latency probe_seconds {signature_probe:g} and "
+            f"ProbeLatencyHigh {alert_probe:g} s (the issue's 100 ms): the request and its "
+            "answer each cross the delaying proxy",
             {"delay_ms": _up(1000 * probe / 2, 1)},
             {"delay_ms": _up(1000 * probe, 1)},
-            f"ProbeLatencyHigh asks {pack.probe_latency_seconds:g} s: "
-            f"{1000 * pack.probe_latency_seconds / 2:g} ms each way",
+            ""
+            if signature_probe == alert_probe
+            else f"ProbeLatencyHigh asks {alert_probe:g} s: {1000 * alert_probe / 2:g} ms each way",
         )
     )
     out.append(

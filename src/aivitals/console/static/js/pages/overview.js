@@ -38,8 +38,12 @@ export const SECTIONS = [
       queries: [q("sum by (queue) (queue_length)")] },
     { id: "queue_wait", title: "Queue wait P99", unit: "seconds", thresholds: "queue_wait",
       queries: [q(quantile(0.99, "queue_wait_seconds", ", queue"))] },
-    { id: "workers_busy", title: "Workers busy", unit: "ratio", thresholds: "workers_busy",
-      queries: [q("sum by (pool) (worker_pool_active_workers) / sum by (pool) (worker_pool_max_workers)")] },
+    // the busy share over the window, as WorkerPoolSaturated reads it: an instant sample of a
+    // small pool is often all busy in a healthy service and crossed the threshold line
+    // while no alert could fire; pools without the busy-time counter fall back to the gauge
+    { id: "workers_busy", title: "Workers busy (share of the window)", unit: "ratio", thresholds: "workers_busy",
+      queries: [q("sum by (pool) (rate(worker_pool_busy_seconds_total[$W])) / sum by (pool) (worker_pool_max_workers)"
+        + " or sum by (pool) (avg_over_time(worker_pool_active_workers[$W])) / sum by (pool) (avg_over_time(worker_pool_max_workers[$W]))")] },
     { id: "probe", title: "Probe latency (the callers' path)", unit: "seconds", thresholds: "probe",
       queries: [q("probe_duration_seconds")] },
   ]],
