@@ -14,7 +14,9 @@ diagnosis and unlisted paging alerts it measures and reports (printed on the ter
 with every failed check), not yet enforced: the clean-clone CI runs from 2026-12-01 failed
 them in 1-6 of 25 cases (19-24 of 25 passed), the one at 81df995 (the SLA from the
 model's measured speed) in none, and the quick sweep paged CacheHitRatioDrop on 1-2 s
-blips that quick mode's one-evaluation ``for:`` cannot tell from a fault (issue #14 open).
+blips that quick mode's one-evaluation ``for:`` cannot tell from a fault (issue #14 open;
+the runs since passed 25, 22, 25, 23 and 24 of 25). Every case is recorded (``--record``
+under the test's temp dir) so that a measured miss can be replayed afterwards.
 The run is also accounted for: it leaves the machine's processes,
 network namespaces, nft tables and temp dirs as they were.
 """
