@@ -290,3 +290,41 @@ def test_a_pool_full_of_work_whose_requests_left_is_not_the_pools_own_fault() ->
     stuck, orphans = pool_saturated(store(0.2)), pool_saturated(store(1.6))
     assert stuck > 0
     assert orphans <= 0.5 * stuck + 1e-3  # contradicted: half (confidences keep 3 decimals)
+
+
+def test_memory_that_ran_out_is_an_oom_not_kv_cache_pressure() -> None:
+    """An over-long request fills the device for a moment and fails, leaving the GPU idle:
+    "memory near full while the GPU is not busy" holds, but the inference errors say the
+    memory ran out (gpu_oom), which KV-cache pressure, absorbed by preempting, does not."""
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+
+    def store(ooms: float) -> Store:
+        s = Store(retention=1e9)
+        gpu = {"gpu": "0"}
+        for i in range(60):
+            s.append("gpu_memory_total_bytes", gpu, 24e9, float(i))
+            s.append("gpu_memory_used_bytes", gpu, 14e9 if i < 30 else 23.5e9, float(i))
+            s.append("gpu_utilization_ratio", gpu, 0.3 if i < 30 else 0.1, float(i))
+        _counters(
+            s,
+            {
+                "model_inference_errors_total": (
+                    {"error_code": "CUDA_OOM"},
+                    [0.0] * 30 + [ooms] * 30,
+                ),
+            },
+        )
+        return s
+
+    def confidence(s: Store, signature: str) -> float:
+        found = diagnose(s, end=59.0, window=59.0, step=1.0, rate=8.0).findings
+        return next((f.confidence for f in found if f.signature == signature), 0.0)
+
+    pressed, ran_out = store(0.0), store(1.0)
+    assert confidence(pressed, "kv_cache_pressure") > 0
+    assert (
+        confidence(ran_out, "kv_cache_pressure")
+        <= 0.5 * confidence(pressed, "kv_cache_pressure") + 1e-3
+    )
+    assert confidence(ran_out, "gpu_oom") > confidence(ran_out, "kv_cache_pressure")
