@@ -241,6 +241,9 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # call fails on it (the sim keeps an Xid 79 device lost until the revert resets it),
     # the readiness probe's inference too
     "gpu_xid": ("GPUUtilizationLow", "ServiceNotReady"),
+    # the batch job's kernels keep the SMs busy while it holds its memory: the device sits
+    # at 100 % through each on-phase (paged in the sweep's threshold case, 2026-12-02)
+    "gpu_cotenant": ("GPUUtilizationHigh",),
     # a slowed device is busy longer for the same work
     # (and at 10x every worker waits on it: the pool fills and requests queue); the
     # co-tenant's own kernels fill the rest of the time, so a contended device sits at
