@@ -4,21 +4,17 @@ alerts, diagnosis, logs and resolve.
 
 CI runs every scenario this machine can host, and the validated pairs, once, with
 validate's strict checks (docs/validate-report.md has the latest complete runs), no
-retry. It enforces the clients' impact, logs, revert, resolve, an error-free run, nothing
-left behind and, since 2026-12-01, every expected alert firing within its deadline. The
-last misses at the default strengths were two alerts that held but not for their whole
-compressed ``for:`` (CI run at f74577e), both fixed in 25ef122 (LatencyHighWorkersIdle
-reads the pool's idleness over its window; the flood reopens out of step); none since in
-3 runs of every case (clean-clone CI at 518c785 and df50427, the sweep's severe cases). The
-diagnosis and unlisted paging alerts it measures and reports (printed on the terminal
-with every failed check), not yet enforced: the clean-clone CI runs from 2026-12-01 failed
-them in 1-6 of 25 cases (19-24 of 25 passed), the one at 81df995 (the SLA from the
-model's measured speed) in none, and the quick sweep paged CacheHitRatioDrop on 1-2 s
-blips that quick mode's one-evaluation ``for:`` cannot tell from a fault (issue #14 open;
-the runs since passed 25, 22, 25, 23 and 24 of 25). Every case is recorded (``--record``
-under the test's temp dir) so that a measured miss can be replayed afterwards.
-The run is also accounted for: it leaves the machine's processes,
-network namespaces, nft tables and temp dirs as they were.
+retry. It enforces the clients' impact, logs, revert, resolve, an error-free run and
+nothing left behind; since 2026-12-01 every expected alert firing within its deadline
+(the last misses, two alerts that held but not for their whole compressed ``for:`` in
+the CI run at f74577e, were fixed in 25ef122); and since 2026-12-02 no paging alert the
+fault table does not list (none in runs 18-21 of docs/validate-report.md, nor in the 23
+severe cases of that day's sweep). The diagnosis it measures and prints with every
+failed check, not yet enforced (issue #14 open): runs 16-21 passed it in 25, 22, 25,
+23, 24 and 25 of 25 cases. Every case is recorded (``--record`` under the test's temp
+dir) so that a measured miss can be replayed afterwards. The run is also accounted for:
+it leaves the machine's processes, network namespaces, nft tables and temp dirs as they
+were.
 """
 
 from __future__ import annotations
@@ -89,26 +85,29 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
     }
 
 
-#: Checks CI measures and reports but does not yet enforce (issue #14 stays open on them;
-#: docs/validate-report.md has their rates). In the strict runs each failed at least once
-#: in some case: the diagnosis named the fault and then something else, or never named
-#: it first (another finding ahead), and paging alerts no fault-table row lists.
-MEASURED = ("diagnosis", "other_alerts")
+#: Checks CI measures and reports but does not yet enforce (issue #14 stays open on it;
+#: docs/validate-report.md has its rate): the diagnosis named the fault and then something
+#: else, or never named it first, in 1-3 cases of 3 of the runs 16-21. Unlisted paging
+#: alerts (``other_alerts``) are enforced since 2026-12-02: none in runs 18-21 or in the
+#: 23 severe cases of that day's sweep, after their causes (a fixed SLA on a slower
+#: machine, cache keys expiring together, true consequences not yet listed) were fixed.
+MEASURED = ("diagnosis",)
 
 
 def _measured_only(check: dict[str, object]) -> bool:
-    """Measured, printed on the terminal, not enforced: the checks above. Enforced: the
+    """Measured, printed on the terminal, not enforced: the check above. Enforced: the
     clients' impact where the fault must hurt them, every expected alert (``alert:<Name>``)
-    firing within its deadline, the error logs, the revert, every fired alert resolving,
-    the service staying alive, every case running without an error, and nothing left
-    behind."""
+    firing within its deadline, no paging alert the fault table does not list, the error
+    logs, the revert, every fired alert resolving, the service staying alive, every case
+    running without an error, and nothing left behind."""
     return str(check["name"]) in MEASURED
 
 
 def test_expected_alerts_are_enforced_and_only_the_measured_checks_are_not() -> None:
     assert not _measured_only({"name": "alert:GPUMemoryHigh"})
     assert not _measured_only({"name": "impact"})
-    assert _measured_only({"name": "diagnosis"}) and _measured_only({"name": "other_alerts"})
+    assert not _measured_only({"name": "other_alerts"})
+    assert _measured_only({"name": "diagnosis"})
 
 
 @pytest.mark.integration
