@@ -328,3 +328,25 @@ def test_memory_that_ran_out_is_an_oom_not_kv_cache_pressure() -> None:
         <= 0.5 * confidence(pressed, "kv_cache_pressure") + 1e-3
     )
     assert confidence(ran_out, "gpu_oom") > confidence(ran_out, "kv_cache_pressure")
+
+
+def test_a_busy_gpu_whose_gauge_dips_between_generations_has_no_room_for_a_qps_cap() -> None:
+    """429s with a GPU that has room is a QPS cap in the wrong place; a GPU busy 60 % of the
+    time, its gauge dipping to 0 between generations, has no such room (timeouts that do
+    not abort, CI 2026-12-02)."""
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+
+    def store(util: list[float]) -> Store:
+        s = Store(retention=1e9)
+        for i in range(60):
+            s.append("gpu_utilization_ratio", {"gpu": "0"}, util[i % len(util)], float(i))
+        _counters(s, {"admission_rejections_total": ({"reason": "queue"}, [0.0] * 30 + [3.0] * 30)})
+        return s
+
+    def capped(s: Store) -> float:
+        found = diagnose(s, end=59.0, window=59.0, step=1.0, rate=8.0).findings
+        return next((f.confidence for f in found if f.signature == "qps_limiter_misplaced"), 0.0)
+
+    assert capped(store([0.1])) > 0
+    assert capped(store([0.9, 0.9, 0.0, 0.9, 0.3])) == 0.0
