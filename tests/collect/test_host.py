@@ -104,6 +104,8 @@ def test_every_field_from_a_fake_tree(tmp_path: Path) -> None:
         (("device", "nvme0n1"),),
     }
     assert got["host_disk_io_time_seconds_total"][(("device", "sda"),)] == 1.2
+    # the summed time in flight (field 11 of the stats): what bounds the busy share
+    assert got["host_disk_io_time_weighted_seconds_total"][(("device", "sda"),)] == 1.75
     assert got["host_disk_read_time_seconds_total"][(("device", "sda"),)] == 0.25
     assert got["host_disk_writes_completed_total"][(("device", "sda"),)] == 50
     assert got["host_network_receive_bytes_total"][(("interface", "eth0"),)] == 5000000

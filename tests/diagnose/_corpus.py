@@ -108,6 +108,8 @@ class _State:
     xid_at: int | None = None
     oom_kill_at: int | None = None
     io_errors: np.ndarray | None = None
+    #: ``model_loads_total`` by mode (cumulative), ``(cold, warm)``; None: not exported
+    loads: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -675,6 +677,10 @@ def _series(sc: Scenario) -> Iterator[tuple[str, dict[str, str], np.ndarray]]:
     yield "admission_in_flight", {}, s.admitted
     yield "model_aborts_total", {"model": "demo", "reason": "deadline"}, np.zeros(n)
     yield "model_load_time_seconds", {"model": "demo", "model_version": "1"}, s.load_time
+    if s.loads is not None:
+        for mode, count in zip(("cold", "warm"), s.loads, strict=True):
+            labels = {"model": "demo", "model_version": "1", "mode": mode}
+            yield "model_loads_total", labels, count
     yield "kv_cache_usage_ratio", {"model": "demo"}, s.kv_usage
     yield (
         "model_preemptions_total",

@@ -345,6 +345,35 @@ def test_a_model_load_minutes_before_a_latency_rise_is_not_its_cold_start() -> N
     assert "cold_start" in _high(d)
 
 
+def test_a_warm_swap_that_slows_requests_is_not_a_cold_start() -> None:
+    """The planned reload of validate's soak: new weights loaded beside the serving copy,
+    a 0.6 s load after a start-up load that took 8.6 s, and a P99 rise from the load's CPU.
+    Neither the start-up load's time nor the rise makes it a cold start; the same load
+    counted cold does."""
+
+    def swap(mode: int) -> Any:
+        def change(s: Any, n: int) -> None:
+            t = np.arange(n)
+            s.load_time = np.where(t >= n - 60, 0.6, 8.6)
+            s.lat_median = s.lat_median * np.where(t >= n - 60, 3.0, 1.0)
+            counts = [np.ones(n), np.zeros(n)]  # the start-up load, cold
+            counts[mode] = counts[mode] + (t >= n - 60)
+            s.loads = (counts[0], counts[1])
+
+        return change
+
+    _, d = _healthy_with(swap(1))
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert "cold_start" not in _high(d), named
+    (found,) = [f for f in d.findings if f.signature == "cold_start"]
+    said = {e.says: e.held for e in found.evidence}
+    assert said["Loading the model takes over a second."] is False, said
+    assert said["The load was a warm swap (loaded beside the serving copy), not a cold one."]
+
+    _, d = _healthy_with(swap(0))
+    assert "cold_start" in _high(d), [(f.signature, f.confidence) for f in d.findings]
+
+
 def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
     def busier(s: Any, n: int) -> None:  # twice the requests, twice the CPU, a slower P99
         late = np.arange(n) >= n - 180

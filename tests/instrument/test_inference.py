@@ -252,6 +252,27 @@ def test_model_load_excludes_download_and_skips_failed_loads() -> None:
     )
 
 
+def test_model_loads_are_counted_cold_or_warm() -> None:
+    reg = CollectorRegistry()
+
+    def loads(mode: str) -> float | None:
+        labels = {"model": "m", "model_version": "v1.0.0", "mode": mode}
+        return reg.get_sample_value("model_loads_total", labels)
+
+    with model_load(model="m", version="v1.0.0", registry=reg):
+        # both series exist from the first load on, so the first warm swap is an increase
+        assert (loads("cold"), loads("warm")) == (0.0, 0.0)
+    assert (loads("cold"), loads("warm")) == (1.0, 0.0)
+    with model_load(model="m", version="v1.0.0", registry=reg, warm=True):
+        pass
+    assert (loads("cold"), loads("warm")) == (1.0, 1.0)
+    with pytest.raises(OSError), model_load(model="m", version="v1.0.0", registry=reg, warm=True):
+        raise OSError("weights missing")  # a failed load is no load
+    assert (loads("cold"), loads("warm")) == (1.0, 1.0)
+    with pytest.raises(ConfigError, match="warm must be a bool"):
+        model_load(model="m", registry=reg, warm="yes")  # type: ignore[arg-type]
+
+
 def test_kv_cache_hook_and_bad_input() -> None:
     reg = CollectorRegistry()
     record_kv_cache("m", hits=30, queries=100, registry=reg)

@@ -131,7 +131,7 @@ class HostCollector(BaseCollector):
 
     def _disks(self) -> list[Sample]:
         out: list[Sample] = []
-        for dev, (reads, read_ms, writes, write_ms, io_ms) in pf.parse_diskstats(
+        for dev, (reads, read_ms, writes, write_ms, io_ms, weighted_ms) in pf.parse_diskstats(
             self._read("diskstats")
         ).items():
             lab = {"device": dev}
@@ -141,6 +141,10 @@ class HostCollector(BaseCollector):
                 Sample("host_disk_writes_completed_total", lab, float(writes)),
                 Sample("host_disk_write_time_seconds_total", lab, write_ms / 1000.0),
                 Sample("host_disk_io_time_seconds_total", lab, io_ms / 1000.0),
+                # the sum of every request's time in flight: the busy share can never
+                # exceed its rate, which is what tells a real saturation from the kernel's
+                # io_ticks jumps (an idle stretch added at one completion reads > 100 %)
+                Sample("host_disk_io_time_weighted_seconds_total", lab, weighted_ms / 1000.0),
             ]
         return out
 

@@ -97,14 +97,14 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
-def parse_diskstats(text: str) -> dict[str, tuple[int, int, int, int, int]]:
-    """Per whole disk: reads, read ms, writes, write ms, busy (io) ms."""
-    out: dict[str, tuple[int, int, int, int, int]] = {}
+def parse_diskstats(text: str) -> dict[str, tuple[int, int, int, int, int, int]]:
+    """Per whole disk: reads, read ms, writes, write ms, busy (io) ms, weighted io ms."""
+    out: dict[str, tuple[int, int, int, int, int, int]] = {}
     for line in text.splitlines():
         f = line.split()
         if len(f) < 14 or _SKIP_DISK.match(f[2]):
             continue
-        out[f[2]] = (int(f[3]), int(f[6]), int(f[7]), int(f[10]), int(f[12]))
+        out[f[2]] = (int(f[3]), int(f[6]), int(f[7]), int(f[10]), int(f[12]), int(f[13]))
     return out
 
 

@@ -163,7 +163,10 @@ class DemoService:
         with self._reload_lock:  # one reload at a time; requests never wait on this lock
             log.info("reloading models (warm swap)")
             with model_load(
-                model=EMBED_MODEL_NAME, version=self.config.model_version, registry=self.registry
+                model=EMBED_MODEL_NAME,
+                version=self.config.model_version,
+                registry=self.registry,
+                warm=True,
             ):
                 fresh = DemoModels.load(self.config)
             fresh.warm_up()

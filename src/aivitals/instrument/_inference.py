@@ -596,10 +596,13 @@ def record_kv_cache(
 class ModelLoad:
     """Times a local model load into ``model_load_time_seconds``; see ``model_load``."""
 
-    def __init__(self, model: str, version: object, registry: CollectorRegistry | None) -> None:
+    def __init__(
+        self, model: str, version: object, registry: CollectorRegistry | None, warm: bool = False
+    ) -> None:
         self.model = model
         self.version = normalize_version(version)
         self.registry = registry
+        self.warm = warm
         self.seconds: float | None = None
         self._start = 0.0
         self._excluded = 0.0
@@ -614,6 +617,11 @@ class ModelLoad:
             self._excluded += time.perf_counter() - t0
 
     def __enter__(self) -> ModelLoad:
+        # Both modes' series exist (at 0) from the first load on: a counter's first
+        # sample is no increase, so a warm swap that created its series would not count.
+        loads = family("model_loads_total", self.registry)
+        for mode in ("cold", "warm"):
+            loads.labels(self.model, self.version, mode)
         self._start = time.perf_counter()
         return self
 
@@ -623,12 +631,26 @@ class ModelLoad:
         self.seconds = time.perf_counter() - self._start - self._excluded
         gauge = family("model_load_time_seconds", self.registry)
         gauge.labels(self.model, self.version).set(self.seconds)
+        # Counted by mode because the load alone cannot say whether anyone waited for it:
+        # a warm swap (new weights loaded beside the serving copy) is a deployment, a cold
+        # load on the request path is the cold start the diagnosis names.
+        loads = family("model_loads_total", self.registry)
+        loads.labels(self.model, self.version, "warm" if self.warm else "cold").inc()
 
 
 def model_load(
-    *, model: str, version: object = None, registry: CollectorRegistry | None = REGISTRY
+    *,
+    model: str,
+    version: object = None,
+    registry: CollectorRegistry | None = REGISTRY,
+    warm: bool = False,
 ) -> ModelLoad:
     """Time a local model load (download excluded with ``load.excluding()``).
+
+    ``warm=True`` says the load runs beside a copy that keeps serving (a blue/green swap:
+    load, warm up, then switch), so no request waits for it; the default is a cold load
+    (a start, or a reload requests queue behind). ``model_loads_total`` counts both by
+    ``mode``; the diagnosis names a cold start only for a cold one.
 
     **Usage**::
 
@@ -639,4 +661,6 @@ def model_load(
     """
     if not isinstance(model, str) or not model:
         raise ConfigError(f"model must be a non-empty str, got {model!r}")
-    return ModelLoad(model, version, registry)
+    if not isinstance(warm, bool):
+        raise ConfigError(f"warm must be a bool, got {warm!r}")
+    return ModelLoad(model, version, registry, warm)

@@ -191,6 +191,16 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "Time the last model load took, local load only (no download).",
     ),
     (
+        "model_loads_total",
+        C,
+        "loads",
+        MODEL,
+        ("model", "model_version", "mode"),
+        "Model loads that finished, by mode: cold (nothing served the model meanwhile: "
+        "a start, a reload requests wait for) or warm (loaded beside the serving copy, "
+        "then swapped in).",
+    ),
+    (
         "model_info",
         INFO,
         "",
@@ -448,6 +458,15 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         INFRA,
         ("device",),
         "Time the device was busy (rate = utilization).",
+    ),
+    (
+        "host_disk_io_time_weighted_seconds_total",
+        C,
+        "seconds",
+        INFRA,
+        ("device",),
+        "Requests' time in flight summed (rate = average queue depth; never below the "
+        "utilization where the kernel's accounting holds).",
     ),
     (
         "host_disk_read_time_seconds_total",
