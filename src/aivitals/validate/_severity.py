@@ -792,8 +792,10 @@ _MEASURES: dict[str, Callable[[_Window], Measured]] = {
         ),
         "host_cpu_seconds_total",
     ),
+    # DiskSaturated's left side: a busy share cannot pass 100 % (io_ticks jumps can)
     "disk_io_saturation": lambda w: _peak(
-        w.end("max(rate(host_disk_io_time_seconds_total[W]))"), "host_disk_io_time_seconds_total"
+        w.end("max(clamp_max(rate(host_disk_io_time_seconds_total[W]), 1))"),
+        "host_disk_io_time_seconds_total",
     ),
     # TCPRetransmitsHigh's ratio (segments sent on real links: loopback left out)
     "network_loss": lambda w: _peak(
