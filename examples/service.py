@@ -26,7 +26,9 @@ from aivitals.protect import AdmissionConfig, GuardConfig, HealthConfig, protect
 MODEL, VERSION = "tiny-gpt2-random-weights", "v0.1.0"
 log_writer = configure_logging("service.jsonl")  # JSON lifecycle logs, written off the loop
 
-with aivitals.model_load(model=MODEL, version=VERSION):  # model_load_time_seconds
+# model_load_time_seconds and model_loads_total{mode="cold"}; a reload that loads beside
+# the serving copy and then swaps passes warm=True, so it is not read as a cold start
+with aivitals.model_load(model=MODEL, version=VERSION):
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
     torch.manual_seed(0)
     config = GPT2Config(

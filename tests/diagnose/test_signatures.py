@@ -292,6 +292,46 @@ def test_a_pool_full_of_work_whose_requests_left_is_not_the_pools_own_fault() ->
     assert orphans <= 0.5 * stuck + 1e-3  # contradicted: half (confidences keep 3 decimals)
 
 
+def test_timeouts_that_abort_nothing_while_the_model_works_are_not_the_pools_own_fault() -> None:
+    """The orphans counted rather than timed: requests leave at their deadline, nothing
+    is aborted, and the model keeps finishing calls. Stuck workers finish none, and a
+    service whose deadlines abort the work counts aborts: neither is contradicted."""
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+
+    def store(timeouts: float, aborts: float, calls: float) -> Store:
+        s = Store(retention=1e9)
+        pool = {"pool": "model"}
+        for i in range(60):
+            s.append("worker_pool_max_workers", pool, 2.0, float(i))
+        late = [0.0] * 30
+        _counters(
+            s,
+            {
+                "worker_pool_busy_seconds_total": (pool, [0.6] * 30 + [2.0] * 30),
+                # the requests' seconds stay above the model's: the timed orphan
+                # contradiction does not hold, only the counted one can
+                "http_request_duration_seconds_sum": ({"route": "/v1"}, [1.0] * 60),
+                "model_inference_time_seconds_sum": ({"model": "m"}, [0.6] * 60),
+                "model_inference_time_seconds_count": ({"model": "m"}, [3.0] * 30 + [calls] * 30),
+                "request_timeouts_total": ({"reason": "deadline"}, late + [timeouts] * 30),
+                "model_aborts_total": ({"model": "m", "reason": "deadline"}, late + [aborts] * 30),
+            },
+        )
+        return s
+
+    def pool_saturated(s: Store) -> float:
+        found = diagnose(s, end=59.0, window=59.0, step=1.0, rate=8.0).findings
+        return next((f.confidence for f in found if f.signature == "worker_pool_saturated"), 0.0)
+
+    alone = pool_saturated(store(0.0, 0.0, 3.0))
+    assert alone > 0
+    orphans = pool_saturated(store(1.0, 0.0, 3.0))
+    assert orphans <= 0.5 * alone + 1e-3  # contradicted: half (confidences keep 3 decimals)
+    assert pool_saturated(store(1.0, 1.0, 3.0)) == alone  # the deadlines abort the work
+    assert pool_saturated(store(1.0, 0.0, 0.0)) > orphans  # stuck: no call finishes
+
+
 def test_memory_that_ran_out_is_an_oom_not_kv_cache_pressure() -> None:
     """An over-long request fills the device for a moment and fails, leaving the GPU idle:
     "memory near full while the GPU is not busy" holds, but the inference errors say the
