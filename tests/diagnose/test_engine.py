@@ -373,6 +373,19 @@ def test_a_warm_swap_that_slows_requests_is_not_a_cold_start() -> None:
     _, d = _healthy_with(swap(0))
     assert "cold_start" in _high(d), [(f.signature, f.confidence) for f in d.findings]
 
+    # a fleet: one node swapped warm, one loaded cold, two did nothing. The swap excuses
+    # only its own node
+    store = Store(retention=1e9)
+    for node, mode in (("a", 1), ("b", 0), ("c", None), ("d", None)):
+        sc = corpus.scenario(None, seed=2, duration=DURATION, after=0.0)
+        if mode is not None:
+            swap(mode)(sc.state, sc.state.n)
+        corpus.to_store(sc, store, extra_labels={"node": node})
+    fleet = diagnose(store, end=sc.end, location="node")
+    cold = [f for f in fleet.findings if f.signature == "cold_start"]
+    high = {f.where.get("node") for f in cold if f.confidence >= HIGH_CONFIDENCE}
+    assert high == {"b"}, [(f.where, f.confidence) for f in cold]
+
 
 def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
     def busier(s: Any, n: int) -> None:  # twice the requests, twice the CPU, a slower P99
