@@ -23,6 +23,7 @@ from aivitals.demo._workload import (
     hot_set_size,
     level_rate,
     rate_multiplier,
+    repeat_trace,
     swing_offsets,
     write_trace_csv,
     zipf_weights,
@@ -147,6 +148,46 @@ def test_the_levelled_azure_trace_follows_the_planned_swing() -> None:
     assert levelled[-1][0] > 1.35
     as_is = achieved(at)
     assert max(abs(a - p) / p for a, p in as_is) > 0.2, as_is  # what the levelling fixes
+
+
+def test_a_trace_shorter_than_the_soak_reads_is_played_again_from_its_start() -> None:
+    at = [0.0, 1.0, 3.0, 4.0]  # a mean gap of 4/3 s
+    assert repeat_trace(at, 4.0) == (at, [0, 1, 2, 3])  # covered: as it is
+    times, rows = repeat_trace(at, 12.0)
+    period = 4.0 + 4.0 / 3.0
+    assert rows == [0, 1, 2, 3] * 3  # ceil(12 / 5.33) passes
+    assert times[4:8] == pytest.approx([t + period for t in at])
+    assert all(b >= a for a, b in itertools.pairwise(times)) and times[-1] >= 12.0
+    assert repeat_trace([], 10.0) == ([], [])
+    assert repeat_trace([0.0], 10.0) == ([0.0], [0])  # no gap to repeat by
+    for bad in ([2.0, 1.0], [-1.0], [math.nan]):
+        with pytest.raises(ConfigError, match="offsets"):
+            repeat_trace(bad, 10.0)
+    with pytest.raises(ConfigError, match="covering"):
+        repeat_trace(at, math.inf)
+
+
+def test_an_hour_of_soak_at_the_services_rate_never_runs_out_of_trace() -> None:
+    """The soak compresses the trace to its target rate (x1.5 of the trace's own on the
+    machine that probed 16.6 completions/s): the packaged hour then lasts 39 minutes, and
+    the 60-minute soak of 2026-12-02 ran dry after 46, sending x0.51 over minutes 48-54
+    where x1.2-x1.3 was planned. Played again from its start, the last window sends its
+    plan."""
+    import numpy as np
+
+    at = [r.at * (1 / 1.5) for r in load_trace("azure-conv")]
+    rate = len(at) / at[-1]  # the x1 rate the trace was compressed to
+    duration, window, warm_up = 3600.0, 360.0, 300.0
+    levelled = level_rate(at, rate, 0.25 * window)
+
+    def last_window(offsets: list[float]) -> float:
+        sent = np.asarray(swing_offsets(offsets, duration, lead_in=warm_up)) - warm_up
+        return float(((sent >= duration - window) & (sent < duration)).sum()) / window / rate
+
+    planned = (3.0 - 3.0 ** (1 - window / duration)) / math.log(3.0) * duration / window / 2
+    assert last_window(levelled) < 0.1 * planned  # ran dry
+    repeated, _ = repeat_trace(levelled, warm_up * 0.5 + duration * 1.5)
+    assert last_window(repeated) == pytest.approx(planned, rel=0.03)
 
 
 @pytest.mark.parametrize(

@@ -339,6 +339,7 @@ class SoakLoad:
             churned_requests,
             level_rate,
             plan_workload,
+            repeat_trace,
             swing_offsets,
             write_trace_csv,
         )
@@ -365,13 +366,19 @@ class SoakLoad:
         if self.level_window is not None:
             # the trace's own slow drift out, so the swing is the only slow change
             at_x1 = level_rate(at_x1, workload.target_rps, self.level_window)
+        # compressed to the target rate the trace can be shorter than the soak reads (at
+        # most the warm-up at the low end plus the whole run at the high end): replayed
+        # again from its start, never left to run dry
+        low, high = self.swing
+        at_x1, replayed = repeat_trace(at_x1, self.warm_up * low + self.duration * high)
+        trace_rows = [self.trace_rows[i] for i in replayed]
         warped = swing_offsets(
             at_x1,
             self.duration,
             *self.swing,
             lead_in=self.warm_up,
         )
-        rows = [r for r, t in zip(self.trace_rows, warped, strict=True) if t < end]
+        rows = [r for r, t in zip(trace_rows, warped, strict=True) if t < end]
         sends = warped[: len(rows)]
         self.churn_every = churn_period(
             workload.pool_size, workload.zipf_s, end, self.churn_turnovers

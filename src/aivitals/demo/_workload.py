@@ -39,6 +39,7 @@ cold cache starts lower). ``N`` is chosen so this lands on ``hit_ratio``
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import random
 import threading
@@ -501,6 +502,34 @@ def level_rate(offsets: Sequence[float], rate: float, window: float) -> list[flo
     starts = np.concatenate(([0.0], np.cumsum(lengths)[:-1]))
     within = (at - index * window) / window  # where in its window, 0..1
     return [float(t) for t in starts[index] + within * lengths[index]]
+
+
+def repeat_trace(offsets: Sequence[float], covering: float) -> tuple[list[float], list[int]]:
+    """The trace played again from its start as often as needed to reach ``covering``
+    seconds: the send times and, for each, the index of the trace row it replays.
+
+    A soak compresses the trace to its target rate and then swings it, so it can need
+    more trace than there is: the packaged hour at 8.3 requests/s lasts 39 minutes, and
+    an hour swung x0.5..x1.5 reads 57 of them (the 60-minute soaks of 2026-12-01 and
+    2026-12-02 ran dry after about 41 and 46 minutes: x0.5 sent where x1.2-x1.5 was
+    planned). One mean
+    gap separates a pass's last request from the next one's first. ``offsets`` must be
+    sorted; a trace that already covers ``covering`` comes back as it is.
+    """
+    if not (math.isfinite(covering) and covering >= 0):
+        raise ConfigError(f"covering {covering!r}: expected finite seconds >= 0")
+    n = len(offsets)
+    if n and (
+        not all(math.isfinite(t) and t >= 0 for t in offsets)
+        or any(b < a for a, b in itertools.pairwise(offsets))
+    ):
+        raise ConfigError("trace offsets: expected sorted finite times >= 0")
+    period = offsets[-1] + offsets[-1] / (n - 1) if n >= 2 else 0.0
+    if period <= 0 or offsets[-1] >= covering:
+        return list(offsets), list(range(n))
+    passes = math.ceil(covering / period)
+    times = [t + k * period for k in range(passes) for t in offsets]
+    return times, [i for _ in range(passes) for i in range(n)]
 
 
 def hot_set_size(weights: Any, share: float = 0.5) -> int:
