@@ -512,9 +512,9 @@ def repeat_trace(offsets: Sequence[float], covering: float) -> tuple[list[float]
     more trace than there is: the packaged hour at 8.3 requests/s lasts 39 minutes, and
     an hour swung x0.5..x1.5 reads 57 of them (the 60-minute soaks of 2026-12-01 and
     2026-12-02 ran dry after about 41 and 46 minutes: x0.5 sent where x1.2-x1.5 was
-    planned). One mean
-    gap separates a pass's last request from the next one's first. ``offsets`` must be
-    sorted; a trace that already covers ``covering`` comes back as it is.
+    planned). One mean gap separates a pass's last request from the next one's first.
+    ``offsets`` must be sorted; a trace that already covers ``covering`` comes back as it
+    is.
     """
     if not (math.isfinite(covering) and covering >= 0):
         raise ConfigError(f"covering {covering!r}: expected finite seconds >= 0")

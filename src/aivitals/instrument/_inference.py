@@ -606,6 +606,7 @@ class ModelLoad:
         self.seconds: float | None = None
         self._start = 0.0
         self._excluded = 0.0
+        self._loads: Any = None
 
     @contextmanager
     def excluding(self) -> Iterator[None]:
@@ -619,9 +620,9 @@ class ModelLoad:
     def __enter__(self) -> ModelLoad:
         # Both modes' series exist (at 0) from the first load on: a counter's first
         # sample is no increase, so a warm swap that created its series would not count.
-        loads = family("model_loads_total", self.registry)
+        self._loads = family("model_loads_total", self.registry)
         for mode in ("cold", "warm"):
-            loads.labels(self.model, self.version, mode)
+            self._loads.labels(self.model, self.version, mode)
         self._start = time.perf_counter()
         return self
 
@@ -634,8 +635,7 @@ class ModelLoad:
         # Counted by mode because the load alone cannot say whether anyone waited for it:
         # a warm swap (new weights loaded beside the serving copy) is a deployment, a cold
         # load on the request path is the cold start the diagnosis names.
-        loads = family("model_loads_total", self.registry)
-        loads.labels(self.model, self.version, "warm" if self.warm else "cold").inc()
+        self._loads.labels(self.model, self.version, "warm" if self.warm else "cold").inc()
 
 
 def model_load(
