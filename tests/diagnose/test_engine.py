@@ -387,6 +387,38 @@ def test_a_warm_swap_that_slows_requests_is_not_a_cold_start() -> None:
     assert high == {"b"}, [(f.where, f.confidence) for f in cold]
 
 
+def _filled_device(ramp_s: int) -> tuple[Store, float, float]:
+    """Process 4242's GPU memory grows over ``ramp_s`` seconds (0: one step) until the
+    device is full, then calls fail with CUDA_OOM: a store 30 minutes long, the fill's
+    time and the start of a window a minute before the growth began."""
+    sc = corpus.scenario(None, seed=2, duration=1800.0, after=0.0)
+    s, t, at = sc.state, np.arange(sc.state.n), 1000
+    room = s.gpu_total - s.proc_mem["4242"][0] - 1.5 * 2**30
+    grow = np.clip((t - at) * room / ramp_s, 0, room) if ramp_s else np.where(t >= at, room, 0.0)
+    s.proc_mem["4242"] = s.proc_mem["4242"] + grow
+    s.counters["CUDA_OOM"] = np.where(t >= at + ramp_s, 0.7, 0.0)
+    s.status["503"] = np.where(t >= at + ramp_s, 0.7, 0.0)
+    return corpus.to_store(sc), sc.start + at + ramp_s, sc.start + at - 60
+
+
+def test_a_leak_that_fills_the_device_is_still_the_leak_once_calls_fail_oom() -> None:
+    """The full-length validate run's leak (7 minutes of growth, then CUDA_OOM on 18 % of
+    calls): once the device was full the rate-window slope fell to 0 and gpu_oom was
+    named from the first OOM on. The leak is the cause and its runbook the one that
+    helps; a single large allocation before the OOMs is no leak."""
+    store, full, base = _filled_device(420)
+    for after in (0, 60, 180, 300):
+        d = diagnose(store, end=full + after, window=full + after - base)
+        named = [(f.signature, f.confidence) for f in d.findings[:3]]
+        assert d.findings[0].signature == "gpu_memory_leak", (after, named)
+        assert "gpu_oom" not in _high(d), (after, named)
+    store, full, base = _filled_device(0)
+    for after in (60, 300):
+        d = diagnose(store, end=full + after, window=full + after - base)
+        named = [(f.signature, f.confidence) for f in d.findings[:3]]
+        assert d.findings[0].signature == "gpu_oom", (after, named)
+
+
 def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
     def busier(s: Any, n: int) -> None:  # twice the requests, twice the CPU, a slower P99
         late = np.arange(n) >= n - 180

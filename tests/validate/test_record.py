@@ -379,7 +379,14 @@ def test_the_saved_window_reaches_back_as_far_as_the_diagnosis_reads(
 
 _LOOKBACK = re.compile(r"\[(\d+[smh])(?::[^\]]*)?\]|offset\s+(\d+[smh])")
 #: A count of rare events over a range: a recording cut shorter can miss one, not invent one.
-_RARE_COUNT = re.compile(r"(?:increase|changes|resets)\(\s*[a-z_]+(?:\{[^}]*\})?\[(\d+[smh])\]\)")
+#: So with a count of samples that hold (``count_over_time((cond)[15m:1m]) >= 4``) and a
+#: floor subtracted (``- min_over_time(x[15m])``): a shorter history lowers the count and
+#: raises the floor, so the evidence can be lost, never invented.
+_RARE_COUNT = re.compile(
+    r"(?:increase|changes|resets)\(\s*[a-z_]+(?:\{[^}]*\})?\[(\d+[smh])\]\)"
+    r"|count_over_time\(\(.*?\)\[(\d+[smh]):[^\]]*\]\)"
+    r"|-\s*min_over_time\(\s*[a-z_]+(?:\{[^}]*\})?\[(\d+[smh])\]\)"
+)
 
 
 def test_history_covers_every_lookback_that_could_invent_evidence() -> None:
@@ -387,7 +394,7 @@ def test_history_covers_every_lookback_that_could_invent_evidence() -> None:
     assert exprs
     longer = []
     for expr in exprs:
-        rare = {m.start(1) for m in _RARE_COUNT.finditer(expr)}
+        rare = {m.start(g) for m in _RARE_COUNT.finditer(expr) for g in (1, 2, 3) if m.group(g)}
         for m in _LOOKBACK.finditer(expr):
             pos = m.start(1) if m.group(1) else m.start(2)
             span = parse_duration("lookback", m.group(1) or m.group(2))

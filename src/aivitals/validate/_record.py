@@ -97,7 +97,9 @@ QUICK_MIN_WINDOW = 15.0
 #: rare events (``increase``/``changes``/``resets`` of kernel I/O errors, OOM kills,
 #: restarts, model reloads) reach further; cut, they can only miss an event 5-10
 #: minutes back, never invent one (``tests/validate/test_record.py`` checks that), and
-#: 10 minutes would double a quick recording's size again (~0.9 KB/s of window).
+#: 10 minutes would double a quick recording's size again (~0.9 KB/s of window). So do
+#: gpu_memory_leak's minutes of growth in the last 15 and the floor it subtracts: a
+#: shorter history lowers the count and raises the floor.
 HISTORY = 330.0
 #: Series written at every tick whatever the service does: one ``up`` per scrape
 #: target (0 when the scrape fails) and one ``aivitals_collector_up`` per collector.
