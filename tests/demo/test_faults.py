@@ -19,15 +19,15 @@ HDR = {"X-Aivitals-Token": TOKEN}
 
 
 def app_with_chaos(models: DemoModels, tmp_path: Path, **changes: Any) -> Any:
-    cfg = DemoConfig(
-        registry=CollectorRegistry(),
-        chaos_token=TOKEN,
-        sim_gpu_dir=tmp_path / "sim",
-        cache_enabled=False,
-        probe_interval=0.5,
-        probe_timeout=1.0,
-        **changes,
-    )
+    settings: dict[str, Any] = {
+        "registry": CollectorRegistry(),
+        "chaos_token": TOKEN,
+        "sim_gpu_dir": tmp_path / "sim",
+        "cache_enabled": False,
+        "probe_interval": 0.5,
+        "probe_timeout": 1.0,
+    }
+    cfg = DemoConfig(**(settings | changes))
     return create_app(cfg, models=models)
 
 
@@ -94,7 +94,11 @@ def test_a_planned_reload_swaps_warm_models_while_requests_are_served(tmp_path: 
 
     async def body() -> None:
         models = DemoModels.load(DemoConfig())
-        app = app_with_chaos(models, tmp_path)
+        # What is under test is that a planned reload never takes readiness away (the
+        # model stays loaded and warm, the probe keeps being answered), not how fast a
+        # probe runs beside a model load on a shared 2-core machine: CI at 25ed71e saw
+        # the 1 s probe timeout passed there. A hung pool still fails a 30 s probe.
+        app = app_with_chaos(models, tmp_path, probe_timeout=30.0)
         async with client_for(app) as c:
             assert (await wait_status(c, "/readyz", 200, 20)).status_code == 200
             refused = await c.post(RELOAD_PATH)  # no token: refused, nothing reloaded
@@ -113,7 +117,12 @@ def test_a_planned_reload_swaps_warm_models_while_requests_are_served(tmp_path: 
             served = await c.post("/v1/embeddings", json={"input": "after a reload"})
         assert r.status_code == 200 and r.json()["reloaded_s"] > 0
         assert after is not models and app.service.models_loaded
-        assert during and all(x.status_code == 200 for x in during), [x.text for x in during]
+        failed = [
+            {k: v for k, v in x.json()["checks"].items() if not v["ok"]}
+            for x in during
+            if x.status_code != 200
+        ]
+        assert during and not failed, failed
         assert load_s is not None and load_s > 0
         assert served.status_code == 200
 
