@@ -237,3 +237,40 @@ def test_every_in_process_fault_maps_to_the_service_name(
         (remote, "start"),
         (remote, "stop"),
     ]
+
+
+def test_a_surge_sends_a_new_prompt_every_request_unless_told_to_cycle(
+    runner_factory, chaos_root: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A surge of x10 with 4096 prompts cycled was all cache hits after five minutes of
+    a full-length run: the surge had faded. By default no prompt repeats; ``distinct``
+    N still cycles N (so a cache can learn them)."""
+    with tiny_server() as srv:
+        ctx = FaultContext(target=srv.url, base_rate=10)
+        with runner_factory(ctx) as runner:
+            active = runner.start("traffic_surge", duration=20, factor=5)
+            assert _wait(lambda: len(srv.bodies) >= 60, timeout=15)
+            runner.stop(active)
+            fresh = list(srv.bodies)
+            srv.bodies.clear()
+            active = runner.start("traffic_surge", duration=20, factor=5, distinct=4)
+            assert _wait(lambda: len(srv.bodies) >= 20, timeout=15)
+            runner.stop(active)
+            cycled = list(srv.bodies)
+            run_id = runner.run.run_id
+    assert all(b.startswith(b'{"input"') for b in fresh + cycled)
+    assert len(set(fresh)) == len(fresh)
+    assert len(set(cycled)) == 4
+    assert_clean(run_id, chaos_root)
+
+
+def test_a_surge_too_long_to_build_fresh_is_refused_with_the_way_out(
+    runner_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    with tiny_server() as srv:
+        ctx = FaultContext(target=srv.url, base_rate=10)
+        with runner_factory(ctx) as runner:
+            with pytest.raises(ConfigError, match="set distinct"):
+                runner.start("traffic_surge", duration=900, factor=1000)
+            assert run_processes(runner.run.run_id) == []
+            assert srv.bodies == []

@@ -337,13 +337,22 @@ def load(args: dict[str, Any]) -> None:
         for s in args["specs"]
     )
     duration = max(0.1, float(args["deadline"]) - time.time())
-    options = (
+    options: dict[str, Any] = (
         {"rate": args.get("rate")}
         if args.get("rate")
         else {"concurrency": int(args["concurrency"])}
     )
+    url = args["url"]
+    fresh = args.get("fresh")
+    if fresh:  # every request a new input, made by the load generator (input_pool 0)
+        url = url.rstrip("/") + fresh["path"]
+        options |= {
+            "input_pool": 0,
+            "prompt_tokens": int(fresh["prompt_tokens"]),
+            "max_tokens": int(fresh["max_tokens"]),
+        }
     config = LoadConfig(
-        url=args["url"],
+        url=url,
         duration=duration,
         requests=specs,
         timeout=float(args.get("timeout", 30)),
