@@ -13,8 +13,13 @@ from tests.chaos.conftest import assert_clean, netns_names, require_root, requir
 from tests.load._server import tiny_server
 
 
-def _retransmits() -> int:
-    lines = Path("/proc/net/snmp").read_text().splitlines()
+def _retransmits(ns: str | None = None) -> int:
+    argv = (
+        ["cat", "/proc/net/snmp"]
+        if ns is None
+        else ["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"]
+    )
+    lines = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
     tcp = [line.split() for line in lines if line.startswith("Tcp:")]
     return int(tcp[1][tcp[0].index("RetransSegs")])
 
@@ -38,12 +43,18 @@ def test_network_loss_drops_in_the_runs_own_namespace(runner_factory, chaos_root
             check=True,
         ).stdout
         assert "numgen random mod 100 < 30 drop" in rules
-        # The host's own ruleset does not carry the run's table.
-        host = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-        assert f"aivitals_{runner.run.run_id[-6:]}" not in host
+        # The answers are dropped where they arrive, in the host namespace: by a table of
+        # the run's own that matches only packets in from the fault's veth (dropped on the
+        # proxy's output hook, TCP resent them as local send failures, not as losses).
+        table = f"aivitals_{runner.run.run_id[-6:]}_answers"
+        host = subprocess.run(
+            ["nft", "list", "table", "inet", table], capture_output=True, text=True, check=True
+        ).stdout
+        assert f'iifname "{active.effect.details["veth"]}"' in host
+        assert "numgen random mod 100 < 30 drop" in host
         # Traffic through the returned address crosses the lossy path and still arrives
         # (TCP retransmits), slower at the tail than on loopback.
-        retrans_before = _retransmits()
+        retrans_before, proxy_before = _retransmits(), _retransmits(ns)
         rep = run_load(
             LoadConfig(
                 url=active.client_url + "/",
@@ -57,9 +68,13 @@ def test_network_loss_drops_in_the_runs_own_namespace(runner_factory, chaos_root
         # The client's sockets live in the host namespace: the host's TCP counters
         # (what the host collector reads) see the retransmissions.
         assert _retransmits() > retrans_before
+        # ...and the proxy's, in the fault's namespace, see its answers lost and resent
+        assert _retransmits(ns) > proxy_before
         assert rep.e2e.max_ms > 150  # at least one retransmission timeout (>= 200 ms)
         runner.stop(active)
         assert ns not in netns_names()
+        gone = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+        assert table not in gone
         run_id = runner.run.run_id
     assert_clean(run_id, chaos_root)
 
