@@ -191,6 +191,37 @@ def test_an_hour_of_soak_at_the_services_rate_never_runs_out_of_trace() -> None:
 
 
 @pytest.mark.parametrize(
+    ("swing", "x1_share"), [((0.5, 1.5), 0.5 / 1.5), ((0.5, 3.0), 0.5 / 3.0), ((0.25, 0.8), 0.5)]
+)
+def test_the_soak_sizes_its_busiest_point_not_its_middle_at_the_utilization(
+    monkeypatch: pytest.MonkeyPatch, swing: tuple[float, float], x1_share: float
+) -> None:
+    """The 60-minute soak of 2026-12-02, sized at x1, paged QueueWaitHigh (a true 1.9 s
+    wait) at x1.13 of a swing to x1.5: the peak asked 75 % of the probe. The plan now asks
+    the utilization at the peak; a swing that stays under x1 keeps x1 at it."""
+    from aivitals.demo import SoakLoad, _workload
+
+    asked: dict[str, Any] = {}
+
+    class Probed(Exception):
+        pass
+
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        asked.update(kwargs)
+        raise Probed
+
+    monkeypatch.setattr(_workload, "plan_workload", plan)
+    stack = SimpleNamespace(
+        service=SimpleNamespace(url="http://127.0.0.1:9"), config=SimpleNamespace(workers=2)
+    )
+    load = SoakLoad(stack, duration=300, cache_ttl=60, swing=swing, utilization=0.5)
+    with pytest.raises(Probed):
+        load.start()
+    assert asked["utilization"] == pytest.approx(x1_share)
+    assert asked["utilization"] * max(1.0, swing[1]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
     ("duration", "low", "high"),
     [(0.0, 0.5, 1.5), (-5.0, 0.5, 1.5), (math.inf, 0.5, 1.5), (60.0, 0.0, 1.5), (60.0, 2, 1)],
 )

@@ -435,6 +435,9 @@ def run_soak(config: ValidateConfig, duration: float, *, echo: Echo = print) -> 
             echo("measuring the service's capacity (5 s) ...")
             load.start()
             echo(load.why())
+            echo(
+                f"the x{plan.swing[1]:g} peak asks {load.utilization:.0%} of the measured capacity"
+            )
             echo(f"warming up for {plan.warm_up:g} s at x{plan.swing[0]:g} (a warm cache)")
             while load.seconds < 0:
                 load.check()
@@ -541,6 +544,8 @@ def _workload(load: Any, plan: SoakPlan) -> dict[str, Any]:
         "capacity_rps": None if cap is None else cap.rps,
         "base_rps": w.target_rps,
         "utilization": w.utilization,
+        # the share of the capacity the swing's busiest point asks (x1 asks ``utilization``)
+        "peak_utilization": w.utilization * max(1.0, plan.swing[1]),
         "swing": list(plan.swing),
         "pool_size": w.pool_size,
         "expected_hit_ratio": w.expected_hit_ratio,
