@@ -122,6 +122,49 @@ def test_histogram_quantile_rules() -> None:
     assert bucket_quantile(0.5, [(1.0, 10.0), (2.0, 8.0), (inf, 20.0)]) == 1.0
     assert bucket_quantile(2, [(inf, 1.0)]) == inf
     assert bucket_quantile(-1, [(inf, 1.0)]) == -inf
+    assert math.isnan(bucket_quantile(0, [(1.0, 0.0), (inf, 5.0)]))  # 0/0, not an error
+
+
+def test_histogram_quantile_over_many_steps_gives_the_same_floats_as_one_at_a_time() -> None:
+    """The vectorised path (every bucket present at a step) against ``bucket_quantile``:
+    duplicate bounds, counts that decrease, empty buckets, bounds at or below zero, no
+    +Inf bucket, and quantiles outside [0, 1] or NaN."""
+    import numpy as np
+
+    from aivitals.tsdb._functions import _bucket_quantiles
+
+    rng = np.random.default_rng(7)
+    inf = math.inf
+    layouts = [
+        [0.1, 0.5, 1.0, inf],
+        [0.5, 0.5, 1.0, inf, inf],  # equal bounds are summed
+        [-1.0, 0.0, 2.0, inf],
+        [0.0, inf],
+        [0.1, 1.0],  # no +Inf bucket: NaN
+        [inf],  # one bucket: NaN
+        [-inf, 1.0, inf],
+    ]
+    qs = np.array([0.0, 0.5, 0.9, 0.99, 1.0, -0.5, 1.5, math.nan, 0.25, 0.75])
+    for uppers in layouts:
+        for trial in range(40):
+            steps = len(qs)
+            counts = np.cumsum(rng.integers(0, 4, size=(len(uppers), steps)), axis=0).astype(float)
+            if trial % 3 == 0:  # scrapes not atomic: a count below the one before
+                counts[rng.integers(0, len(uppers))] -= rng.integers(0, 3, size=steps)
+            if trial % 5 == 0:
+                counts[:, ::2] = 0.0  # no observations
+            if trial % 7 == 0:
+                counts[0] = 0.0  # an empty first bucket (rank 0 at q=0: 0/0)
+            got = _bucket_quantiles(qs, np.array(uppers), counts)
+            for j in range(steps):
+                want = bucket_quantile(
+                    float(qs[j]), list(zip(uppers, counts[:, j].tolist(), strict=True))
+                )
+                assert (math.isnan(want) and math.isnan(got[j])) or got[j] == want, (
+                    uppers,
+                    counts[:, j],
+                    qs[j],
+                )
 
 
 @pytest.mark.parametrize(
