@@ -543,12 +543,12 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``aivitals validate --quick --soak 5m`` as a user runs it: it soaks the whole time,
-    the planned reload comes back, no request errs, and the machine is left as it was found
-    (processes, temp dirs). Its verdict (no P0/P1 alert, every poll healthy) is measured and
-    printed on the terminal, not yet enforced: of three CI-length soaks on the shared
-    development machine one had no P0/P1 alert and none had every poll healthy (the
-    diagnosis names the planned reload's cold start, a noisy cache, pool bursts; see
-    docs/validate.md, "Soak"). Issue #14 stays open on it."""
+    the planned reload comes back, no request errs, no P0/P1 alert fires, and the machine
+    is left as it was found (processes, temp dirs). The rest of the verdict (every poll
+    healthy) is measured and printed on the terminal, not enforced. The P0/P1 count is
+    enforced since 2026-12-04, once the swing's peak was sized at the utilization: the
+    pages of earlier CI soaks were true short saturations of the two workers near a peak
+    that asked 75 % of the probe (docs/validate.md, "Soak", every run listed)."""
     from tests.chaos._accounting import Dirs, Machine, cli, leftovers, run_as_user
 
     require_binary("redis-server")
@@ -571,6 +571,7 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     assert data["reload"].get("ready_after_s") is not None, data["reload"]
     assert data["requests"]["sent"] > 0 and not data["problems"], summary
     assert data["requests"]["errors"] == 0, summary
+    assert data["alerts_p0p1"] == 0, json.dumps(data["alerts"], indent=1)
     # the SLA from the model's speed measured on this machine, for the trace's 48-token
     # generations (4x the 12-token median's budget)
     calibration = env["sla_calibration"]
