@@ -153,8 +153,16 @@ def test_an_xid_reaches_the_webhook_through_prometheus_and_alertmanager(tmp_path
                 result = CliRunner().invoke(cli, ["alerts", "--prometheus", prom.url])
                 assert result.exit_code == 0, result.output
                 assert "GPUXidError" in result.output and "firing" in result.output
-                time.sleep(2)
-                _compare_live_alerts_with_the_engine(prom.url, pack)
+                # Compare once enough evaluations are comparable (>= 20 over >= 3 groups).
+                # A mismatch fails at once; only the amount of evidence is waited for: on a
+                # loaded 2-core CI machine 2 s gave 14 over 2 groups (CI at 6fc0016).
+                deadline = time.monotonic() + 40
+                while True:
+                    time.sleep(2)
+                    compared, skipped = _compare_live_alerts_with_the_engine(prom.url, pack)
+                    if len(compared) >= 3 and sum(compared.values()) >= 20:
+                        break
+                    assert time.monotonic() < deadline, (compared, skipped)
 
 
 def _matrix(url: str, selector: str, at: float) -> list[dict[str, Any]]:
@@ -168,9 +176,13 @@ def _ms(t: Any) -> int:
     return round(float(t) * 1000)
 
 
-def _compare_live_alerts_with_the_engine(url: str, pack: RulePack) -> None:
+def _compare_live_alerts_with_the_engine(
+    url: str, pack: RulePack
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """The raw samples Prometheus scraped, replayed into the embedded store at Prometheus'
-    own evaluation times, give the same pending and firing alerts as its ALERTS series."""
+    own evaluation times, give the same pending and firing alerts as its ALERTS series.
+
+    Returns the evaluations compared per group and those left out per group and reason."""
     end = time.time()
     raw = _matrix(url, '{__name__=~".+", __name__!~"ALERTS.*|.*:.*"}', end)
     store = Store(retention=1e9)
@@ -202,13 +214,21 @@ def _compare_live_alerts_with_the_engine(url: str, pack: RulePack) -> None:
         evals += [(t, group) for t in range(last, min(scrapes) - 1000, -1000)]
     engine = RuleEngine(store, pack, registry=CollectorRegistry())
     compared: dict[str, int] = {}
+    skipped: dict[str, dict[str, int]] = {}
     for t, group in sorted(evals):
         events = engine.evaluate_group(group, t / 1000)
         # A scrape that started just before an evaluation may not have been appended when
         # Prometheus ran it; such evaluations saw different data and are not compared.
-        if any(0 <= t - s <= 50 for s in scrapes):
-            continue
-        if t < min(seen[group]):
+        reason = (
+            "scrape just before"
+            if any(0 <= t - s <= 50 for s in scrapes)
+            else "before the group's first output"
+            if t < min(seen[group])
+            else None
+        )
+        if reason:
+            counts = skipped.setdefault(group, {})
+            counts[reason] = counts.get(reason, 0) + 1
             continue
         ours = {
             tuple(sorted({**e.labels, "alertstate": e.state}.items()))
@@ -217,4 +237,4 @@ def _compare_live_alerts_with_the_engine(url: str, pack: RulePack) -> None:
         }
         assert ours == prom_alerts.get((group, t), set()), (group, t)
         compared[group] = compared.get(group, 0) + 1
-    assert len(compared) >= 3 and sum(compared.values()) >= 20, compared
+    return compared, skipped
