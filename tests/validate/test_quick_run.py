@@ -10,9 +10,10 @@ nothing left behind; since 2026-12-01 every expected alert firing within its dea
 the CI run at f74577e, were fixed in 25ef122); and since 2026-12-02 no paging alert the
 fault table does not list (none in runs 18-21 of docs/validate-report.md, nor in the 23
 severe cases of that day's sweep). The diagnosis it measures and prints with every
-failed check, not yet enforced (issue #14 open): runs 16-21 passed it in 25, 22, 25,
-23, 24 and 25 of 25 cases. Every case is recorded (``--record`` under the test's temp
-dir) so that a measured miss can be replayed afterwards. The run is also accounted for:
+failed check, not yet enforced (issue #14 open): runs 16-27 passed it in 25, 22, 25,
+23, 24, 25, 24, 25, 25, 25, 24 and 25 of 25 cases. Every case is recorded
+(``--record`` under the test's temp dir) so that a measured miss can be replayed
+afterwards. The run is also accounted for:
 it leaves the machine's processes, network namespaces, nft tables and temp dirs as they
 were.
 """
