@@ -535,3 +535,39 @@ def test_a_small_pool_full_at_some_scrapes_of_a_burst_is_not_saturated() -> None
     assert "worker_pool_saturated" not in _high(d), [
         (f.signature, f.confidence) for f in d.findings
     ]
+
+
+def test_a_two_minute_swing_of_input_length_is_not_a_shift() -> None:
+    # the 60-minute soak's replayed Azure conversations: the median input swings by
+    # half for a minute or two, now and then; a 3-minute poll window that starts in a
+    # trough read the next crest as a shift (input_length_shift 0.90 at 2070 s)
+    sc = corpus.scenario(None, seed=4, duration=1200.0, after=0.0)
+    k = np.arange(sc.state.n)
+    crests = (k % 240) >= 120  # 2 minutes of every 4 at x1.4 for the first 17 minutes
+    swing = np.where(crests, 1.4, 1.0)
+    swing[-180:] = np.where(k[-180:] >= sc.state.n - 90, 1.6, 1.0)  # a trough, then a crest
+    sc.state.in_tokens = sc.state.in_tokens * swing
+    d = diagnose(corpus.to_store(sc), end=sc.end, window=180)
+    assert "input_length_shift" not in _high(d), [(f.signature, f.confidence) for f in d.findings]
+    shift = next((f for f in d.findings if f.signature == "input_length_shift"), None)
+    assert shift is None or any(
+        e.role == "contradicting" and e.held and "15 minutes" in e.says for e in shift.evidence
+    )
+
+    # the same crest held after 15 steady minutes is a shift
+    sc = corpus.scenario("input_length_shift", seed=4, duration=1200.0)
+    d = diagnose(corpus.to_store(sc), end=sc.end, window=180)
+    assert d.findings and d.findings[0].signature == "input_length_shift"
+
+
+def test_long_inputs_that_run_the_gpu_out_of_memory_are_gpu_oom_not_a_length_shift() -> None:
+    # gpu_oom's over-long client raises the median input too (CI at bb06d06 ranked
+    # input_length_shift 0.90 over gpu_oom 0.73): the OOMs name the sharper cause
+    sc = corpus.scenario("gpu_oom", seed=1, duration=DURATION)
+    late = np.arange(sc.state.n) >= sc.state.n - 180
+    sc.state.in_tokens = sc.state.in_tokens * np.where(late, 3.0, 1.0)
+    d = diagnose(corpus.to_store(sc), end=sc.end, events=sc.events)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert d.findings[0].signature == "gpu_oom", named
+    shift = next((f for f in d.findings if f.signature == "input_length_shift"), None)
+    assert shift is None or any(e.role == "contradicting" and e.held for e in shift.evidence)
