@@ -302,3 +302,65 @@ def test_concurrent_scrapes_expiry_and_queries() -> None:
     reader.join(timeout=30)
     assert not errors, errors
     assert store.query("count(m)", T + 299).values() == [100.0]
+
+
+def _histogram_store() -> Store:
+    store = Store()
+    for k in range(120):
+        for le, share in (("0.1", 0.5), ("0.5", 0.9), ("+Inf", 1.0)):
+            for inst in ("a", "b"):
+                store.append("d_bucket", {"le": le, "instance": inst}, share * 2 * k, 1000.0 + k)
+    return store
+
+
+P50 = "histogram_quantile(0.5, sum by (le) (rate(d_bucket[30s])))"
+P99 = "histogram_quantile(0.99, sum by (le) (rate(d_bucket[30s])))"
+
+
+def test_reusing_results_gives_the_same_answers() -> None:
+    store = _histogram_store()
+    alone = [store.query_range(q, 1040, 1119, 1).matrix for q in (P50, P99, f"-{P50}")]
+    with store.reusing_results():
+        reused = [store.query_range(q, 1040, 1119, 1).matrix for q in (P50, P99, f"-{P50}")]
+        again = store.query_range(P50, 1040, 1119, 1).matrix  # after -P50 used the sum
+        other_steps = store.query_range(P50, 1040, 1119, 2).matrix
+    assert reused == alone and again == alone[0]
+    assert other_steps == store.query_range(P50, 1040, 1119, 2).matrix
+
+
+def test_reused_aggregations_read_the_samples_as_they_were_until_the_block_ends() -> None:
+    store = _histogram_store()
+    count = 'sum(count_over_time(d_bucket{le="+Inf"}[1h]))'
+    with store.reusing_results():
+        before = store.query(count, at=1200).vector[0].value
+        store.append("d_bucket", {"le": "+Inf", "instance": "c"}, 1.0, 1150.0)
+        assert store.query(count, at=1200).vector[0].value == before  # computed once
+        with store.reusing_results():  # an inner block shares the outer one's results
+            assert store.query(count, at=1200).vector[0].value == before
+        assert store.query(count, at=1200).vector[0].value == before
+        # another thread's queries neither see nor fill this thread's results
+        seen: list[float] = []
+        t = threading.Thread(
+            target=lambda: seen.append(store.query(count, at=1200).vector[0].value)
+        )
+        t.start()
+        t.join()
+        assert seen == [before + 1]
+    assert store.query(count, at=1200).vector[0].value == before + 1  # dropped at the end
+
+
+def test_reused_results_stay_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aivitals.tsdb import _engine
+
+    store = _histogram_store()
+    monkeypatch.setattr(_engine, "REUSE_MAX_CELLS", 3 * 80)  # one sum by (le): 3 x 80 steps
+    with store.reusing_results():
+        first = store.query_range(P50, 1040, 1119, 1).matrix
+        other = store.query_range("sum by (instance) (rate(d_bucket[30s]))", 1040, 1119, 1)
+        kept = store._reused()
+        assert kept is not None and len(kept) == 1  # the second did not fit: computed, not kept
+        assert store.query_range(P50, 1040, 1119, 1).matrix == first
+        assert (
+            other.matrix
+            == store.query_range("sum by (instance) (rate(d_bucket[30s]))", 1040, 1119, 1).matrix
+        )

@@ -11,6 +11,7 @@ raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -420,6 +421,47 @@ def diagnose(
         d = diagnose(store)                  # the last 30 minutes
         print(d.to_markdown())
     """
+    from ..tsdb import Store
+
+    # one diagnosis asks the same aggregations many times (a histogram's sum for its
+    # median, its P99 and two ratios): the embedded store computes each once
+    reuse = backend.reusing_results() if isinstance(backend, Store) else contextlib.nullcontext()
+    with reuse:
+        return _diagnose(
+            backend,
+            end=end,
+            window=window,
+            step=step,
+            alerts=alerts,
+            events=events,
+            signatures=signatures,
+            params=params,
+            location=location,
+            budget=budget,
+            workers=workers,
+            dialect=dialect,
+            coarse_above=coarse_above,
+            rate=rate,
+        )
+
+
+def _diagnose(
+    backend: Backend,
+    *,
+    end: float | None,
+    window: float,
+    step: float | None,
+    alerts: Sequence[Any],
+    events: Sequence[EventLike],
+    signatures: Sequence[Signature] | None,
+    params: Mapping[str, Mapping[str, float]] | None,
+    location: str | None,
+    budget: float | None,
+    workers: int,
+    dialect: str,
+    coarse_above: int,
+    rate: float | None,
+) -> Diagnosis:
     t0 = time.perf_counter()
     end = time.time() if end is None else float(end)
     if not (math.isfinite(window) and window > 0):

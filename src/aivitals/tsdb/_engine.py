@@ -61,13 +61,15 @@ class Context:
     start_ms: int
     end_ms: int
     expr: str
+    #: results of aggregations already computed (``Store.reusing_results``), or None
+    reused: dict[Any, Any] | None = None
 
     @property
     def n(self) -> int:
         return len(self.ts)
 
     def with_steps(self, ts: np.ndarray[Any, np.dtype[np.int64]]) -> Context:
-        return Context(self.store, ts, self.start_ms, self.end_ms, self.expr)
+        return Context(self.store, ts, self.start_ms, self.end_ms, self.expr, self.reused)
 
 
 def parse(expr: str) -> Any:
@@ -80,7 +82,7 @@ def parse(expr: str) -> Any:
 def instant_query(store: Store, expr: str, at: float) -> QueryResult:
     node = parse(expr)
     t = round(at * 1000)
-    ctx = Context(store, np.array([t], dtype=np.int64), t, t, expr)
+    ctx = Context(store, np.array([t], dtype=np.int64), t, t, expr, store._reused())
     with np.errstate(all="ignore"):
         value = evaluate(ctx, node)
     return _instant_result(value, t)
@@ -97,7 +99,7 @@ def range_query(store: Store, expr: str, start: float, end: float, step: float) 
             f"exceeded maximum resolution of {MAX_POINTS} points per timeseries", expr=expr
         )
     node = parse(expr)
-    ctx = Context(store, np.arange(s, e + 1, st, dtype=np.int64), s, e, expr)
+    ctx = Context(store, np.arange(s, e + 1, st, dtype=np.int64), s, e, expr, store._reused())
     with np.errstate(all="ignore"):
         value = evaluate(ctx, node)
     return _range_result(value, ctx)
@@ -337,10 +339,32 @@ def _call(ctx: Context, node: Any) -> Value:
     return call(ctx, node)
 
 
+#: Aggregation results kept for reuse hold at most this many values (series x steps) in
+#: all, about 180 MB with their masks: past it, results are computed and not kept.
+REUSE_MAX_CELLS = 20_000_000
+
+
 def _aggregate(ctx: Context, node: Any) -> Value:
     from ._aggregate import aggregate
 
-    return aggregate(ctx, node)
+    if ctx.reused is None:
+        return aggregate(ctx, node)
+    # the node's text names its selectors, ranges, offsets and @; @ start()/end() read
+    # the query's bounds, and the steps decide every window
+    key = (str(node), ctx.start_ms, ctx.end_ms, ctx.ts.tobytes())
+    kept = ctx.reused.get(key)
+    if kept is not None:
+        return _copy(kept)  # a copy: the caller may change its arrays in place
+    value = aggregate(ctx, node)
+    if isinstance(value, Vec):
+        kept_cells = sum(v.v.size for v in ctx.reused.values())
+        if kept_cells + value.v.size <= REUSE_MAX_CELLS:
+            ctx.reused[key] = _copy(value)
+    return value
+
+
+def _copy(vec: Vec) -> Vec:
+    return Vec(list(vec.labels), vec.v.copy(), vec.m.copy(), vec.order)
 
 
 def _binary(ctx: Context, node: Any) -> Value:

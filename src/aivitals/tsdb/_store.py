@@ -7,6 +7,7 @@ and computes outside it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -114,6 +115,7 @@ class Store:
             "stale_markers": 0,
         }
         self._rejected: dict[str, int] = {}
+        self._memo = threading.local()
 
     # ----------------------------------------------------------------- writing
 
@@ -437,6 +439,36 @@ class Store:
         from ._engine import range_query
 
         return range_query(self, expr, start, end, step)
+
+    @contextlib.contextmanager
+    def reusing_results(self) -> Iterator[None]:
+        """Within the block, this thread's queries compute each aggregation once.
+
+        An aggregation (``sum by (le) (rate(x_bucket[1m]))``) met again at the same
+        steps, in the same query or a later one, is answered from the first result,
+        so the answers read the samples as they were then: meant for a burst of
+        related queries (one diagnosis asks the same histogram's sum for its median,
+        its P99 and two ratios). Other threads' queries are not affected; the
+        results are dropped when the block ends. ::
+
+            buckets = "sum by (le) (rate(x_bucket[1m]))"
+            with store.reusing_results():  # the sum computed once
+                p50 = store.query_range(f"histogram_quantile(0.5, {buckets})", a, b, 1)
+                p99 = store.query_range(f"histogram_quantile(0.99, {buckets})", a, b, 1)
+        """
+        outer = getattr(self._memo, "results", None)
+        if outer is None:
+            self._memo.results = {}
+        try:
+            yield
+        finally:
+            if outer is None:  # the outermost block owns the results
+                self._memo.results = None
+
+    def _reused(self) -> dict[Any, Any] | None:
+        """This thread's shared results inside ``reusing_results``; else None."""
+        results: dict[Any, Any] | None = getattr(self._memo, "results", None)
+        return results
 
     @property
     def series_count(self) -> int:
