@@ -551,7 +551,7 @@ def test_a_two_minute_swing_of_input_length_is_not_a_shift() -> None:
     assert "input_length_shift" not in _high(d), [(f.signature, f.confidence) for f in d.findings]
     shift = next((f for f in d.findings if f.signature == "input_length_shift"), None)
     assert shift is None or any(
-        e.role == "contradicting" and e.held and "15 minutes" in e.says for e in shift.evidence
+        e.role == "contradicting" and e.held and "4 minutes" in e.says for e in shift.evidence
     )
 
     # the same crest held after 15 steady minutes is a shift
