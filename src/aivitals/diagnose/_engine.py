@@ -11,16 +11,15 @@ raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 import promql_parser
@@ -52,6 +51,8 @@ from ._where import (
 )
 
 __all__ = ["HIGH_CONFIDENCE", "VITALS", "diagnose"]
+
+_Args = ParamSpec("_Args")
 
 #: A finding at or above this confidence is "high confidence" (named in reports and benchmarks).
 HIGH_CONFIDENCE = 0.6
@@ -378,6 +379,24 @@ def _on_grid(res: QueryResult, times: np.ndarray, step: float) -> list[_Series]:
     return out
 
 
+def _reusing_results(fn: Callable[_Args, Diagnosis]) -> Callable[_Args, Diagnosis]:
+    """Run ``fn`` with the embedded store computing each repeated aggregation once: one
+    diagnosis asks the same histogram sums for medians, P99s and ratios."""
+
+    @functools.wraps(fn)
+    def run(*args: _Args.args, **kwargs: _Args.kwargs) -> Diagnosis:
+        from ..tsdb import Store
+
+        backend = args[0] if args else kwargs.get("backend")
+        if not isinstance(backend, Store):
+            return fn(*args, **kwargs)
+        with backend.reusing_results():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_reusing_results
 def diagnose(
     backend: Backend,
     *,
@@ -421,47 +440,6 @@ def diagnose(
         d = diagnose(store)                  # the last 30 minutes
         print(d.to_markdown())
     """
-    from ..tsdb import Store
-
-    # one diagnosis asks the same aggregations many times (a histogram's sum for its
-    # median, its P99 and two ratios): the embedded store computes each once
-    reuse = backend.reusing_results() if isinstance(backend, Store) else contextlib.nullcontext()
-    with reuse:
-        return _diagnose(
-            backend,
-            end=end,
-            window=window,
-            step=step,
-            alerts=alerts,
-            events=events,
-            signatures=signatures,
-            params=params,
-            location=location,
-            budget=budget,
-            workers=workers,
-            dialect=dialect,
-            coarse_above=coarse_above,
-            rate=rate,
-        )
-
-
-def _diagnose(
-    backend: Backend,
-    *,
-    end: float | None,
-    window: float,
-    step: float | None,
-    alerts: Sequence[Any],
-    events: Sequence[EventLike],
-    signatures: Sequence[Signature] | None,
-    params: Mapping[str, Mapping[str, float]] | None,
-    location: str | None,
-    budget: float | None,
-    workers: int,
-    dialect: str,
-    coarse_above: int,
-    rate: float | None,
-) -> Diagnosis:
     t0 = time.perf_counter()
     end = time.time() if end is None else float(end)
     if not (math.isfinite(window) and window > 0):
