@@ -571,3 +571,27 @@ def test_long_inputs_that_run_the_gpu_out_of_memory_are_gpu_oom_not_a_length_shi
     assert d.findings[0].signature == "gpu_oom", named
     shift = next((f for f in d.findings if f.signature == "input_length_shift"), None)
     assert shift is None or any(e.role == "contradicting" and e.held for e in shift.evidence)
+
+
+def test_a_saturated_disk_whose_requests_take_more_cpu_is_disk_io_not_preprocessing() -> None:
+    # CI's quick run at d625a60: while fio saturated the disk, the server's CPU time per
+    # request rose by half, the sim GPU idled and P99 rose (all of cpu_bound_preprocessing's
+    # required items): it ranked 0.75 over disk_io_saturation 0.74
+    sc = corpus.scenario("disk_io_saturation", seed=2, duration=DURATION)
+    late = np.arange(sc.state.n) >= sc.state.n - 180
+    sc.state.proc_cpu = sc.state.proc_cpu * np.where(late, 1.8, 1.0)
+    sc.state.gpu_util = sc.state.gpu_util * np.where(late, 0.3, 1.0)
+    sc.state.lat_median = sc.state.lat_median * np.where(late, 2.0, 1.0)
+    d = diagnose(corpus.to_store(sc), end=sc.end)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert d.findings[0].signature == "disk_io_saturation", named
+    cpu = next((f for f in d.findings if f.signature == "cpu_bound_preprocessing"), None)
+    assert cpu is None or any(
+        e.role == "contradicting" and e.held and "disk" in e.says for e in cpu.evidence
+    ), named
+
+    # the same CPU rise on an idle disk is preprocessing
+    sc = corpus.scenario("cpu_bound_preprocessing", seed=2, duration=DURATION)
+    d = diagnose(corpus.to_store(sc), end=sc.end)
+    assert d.findings[0].signature == "cpu_bound_preprocessing"
+    assert not any(e.role == "contradicting" and e.held for e in d.findings[0].evidence)
