@@ -13,8 +13,10 @@ proxy's sockets answer the clients; and the loopback packets the rule subtracts.
 Run as root (it creates a network namespace; everything is reverted):
 ``.venv/bin/python benchmarks/netloss_counters.py [--percent 10] [--stream]``.
 Prints the shares and one line:
-``RESULT percent=... stream=0|1 host_ratio=... fault_ns_ratio=... fault_ns_data_ratio=...``
-(``host_ratio`` as the rule computes it: retransmits over out-segments less lo's).
+``RESULT percent=... stream=0|1 host_ratio=... fault_ns_ratio=... fault_ns_data_ratio=...
+agent_ns_ratio=...`` (``host_ratio`` as the rule computes it: retransmits over
+out-segments less lo's; ``agent_ns_ratio`` the same from what the agent's host collector
+reads in the fault's namespace with ``netns=``, as the demo stack's agent does).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from aivitals.chaos import FaultContext
 from aivitals.chaos._runner import ChaosRunner
+from aivitals.collect import HostCollector
 from aivitals.load import LoadConfig, run_load
 
 #: About the size of one embeddings answer (384 floats as JSON).
@@ -76,6 +79,21 @@ def _counters(ns: str | None) -> dict[str, int]:
     return out
 
 
+def _agent(ns: str) -> dict[str, float]:
+    """What ``HostCollector(netns=[ns])`` reads in the namespace (the rule's inputs)."""
+    out: dict[str, float] = {}
+    for sample in HostCollector(netns=[ns]).collect():
+        if sample.labels.get("netns") != ns:
+            continue
+        if sample.name.startswith("host_tcp_"):
+            out[sample.name] = sample.value
+        elif sample.name == "host_network_transmit_packets_total" and (
+            sample.labels.get("interface") == "lo"
+        ):
+            out["lo_tx"] = sample.value
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--percent", type=float, default=10.0)
@@ -97,7 +115,7 @@ def main() -> None:
                 ["ip", "netns", "list"], capture_output=True, text=True, check=True
             ).stdout
             ns = next(line.split()[0] for line in listed.splitlines() if "-loss" in line)
-            host0, ns0 = _counters(None), _counters(ns)
+            host0, ns0, agent0 = _counters(None), _counters(ns), _agent(ns)
             report = run_load(
                 LoadConfig(
                     url=url.rstrip("/") + ("/v1/completions" if args.stream else "/v1/embeddings"),
@@ -106,7 +124,7 @@ def main() -> None:
                     allow_hosts=active.allow_hosts,
                 )
             )
-            host1, ns1 = _counters(None), _counters(ns)
+            host1, ns1, agent1 = _counters(None), _counters(ns), _agent(ns)
             runner.stop(active)
     server.shutdown()
 
@@ -117,6 +135,9 @@ def main() -> None:
     host_ratio = d(host0, host1, "RetransSegs") / max(link, 1)
     ns_ratio = d(ns0, ns1, "RetransSegs") / max(d(ns0, ns1, "OutSegs"), 1)
     ns_data = d(ns0, ns1, "RetransSegs") / max(d(ns0, ns1, "TCPOrigDataSent"), 1)
+    out_key, re_key = "host_tcp_out_segments_total", "host_tcp_retransmitted_segments_total"
+    agent_link = agent1[out_key] - agent0[out_key] - (agent1["lo_tx"] - agent0["lo_tx"])
+    agent_ratio = (agent1[re_key] - agent0[re_key]) / max(agent_link, 1)
     print(f"{args.percent:g} % dropped each way; {report.sent} requests, errors {report.errors}")
     for where, a, b in (("host", host0, host1), ("fault ns", ns0, ns1)):
         print(
@@ -126,7 +147,8 @@ def main() -> None:
     print(f"    host: lo packets {d(host0, host1, 'lo_tx')}, segments on links {link}")
     print(
         f"RESULT percent={args.percent:g} stream={int(args.stream)} host_ratio={host_ratio:.4f} "
-        f"fault_ns_ratio={ns_ratio:.4f} fault_ns_data_ratio={ns_data:.4f}"
+        f"fault_ns_ratio={ns_ratio:.4f} fault_ns_data_ratio={ns_data:.4f} "
+        f"agent_ns_ratio={agent_ratio:.4f}"
     )
 
 

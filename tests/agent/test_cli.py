@@ -65,6 +65,15 @@ def test_agent_bad_interval(capsys: pytest.CaptureFixture[str]) -> None:
     assert "ConfigError: interval: 'soon' is not a duration" in capsys.readouterr().err
 
 
+def test_agent_bad_netns(capsys: pytest.CaptureFixture[str]) -> None:
+    # a relative path is neither an ip netns name nor a namespace file
+    with pytest.raises(SystemExit) as info:
+        main(["agent", "--netns", "proc/1/ns/net", "--gpu", "none", "--listen", "127.0.0.1:0"])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "ConfigError: netns: 'proc/1/ns/net' is not a namespace name, glob or absolute" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,3 +203,96 @@ def test_nothing_readable_is_down(tmp_path: Path) -> None:
 def test_bad_port_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="70000"):
         HostCollector(ports=[70000])
+
+
+# --- other network namespaces -----------------------------------------------------------
+def _netns_dir(root: Path, *names: str) -> Path:
+    d = root / "run-netns"
+    d.mkdir()
+    for name in names:
+        (d / name).touch()
+    return d
+
+
+def test_named_and_globbed_namespaces_are_read_and_labelled(tmp_path: Path) -> None:
+    proc = make_proc(tmp_path)
+    d = _netns_dir(tmp_path, "edge-1", "edge-2", "other")
+    host = HostCollector(
+        proc=str(proc), sys=str(make_sys_v1(tmp_path)), netns=["edge-*"], netns_dir=str(d)
+    )
+    asked: list[tuple[str, tuple[str, ...]]] = []
+    snmp = FILES["net/snmp"].replace("5458 17", "900 60")  # OutSegs 900, RetransSegs 60
+
+    def fake(path: str, files: Sequence[str], **_: Any) -> dict[str, str]:
+        asked.append((path, tuple(files)))
+        return {"snmp": snmp, "dev": FILES["net/dev"]}
+
+    host.read_netns = fake
+    got = by_name(list(host.collect()))
+    assert [p for p, _ in asked] == [str(d / "edge-1"), str(d / "edge-2")]
+    out = got["host_tcp_out_segments_total"]
+    assert out[()] == 5458  # the host's own, unlabelled, unchanged
+    assert out[(("netns", "edge-1"),)] == 900
+    assert got["host_tcp_retransmitted_segments_total"][(("netns", "edge-2"),)] == 60
+    lo = got["host_network_transmit_packets_total"]
+    assert lo[(("interface", "lo"), ("netns", "edge-1"))] == 10
+    assert lo[(("interface", "lo"),)] == 10
+    assert "aivitals_collector_errors_total" not in got
+
+
+def test_a_namespace_that_fails_costs_only_its_series(tmp_path: Path) -> None:
+    proc = make_proc(tmp_path)
+    d = _netns_dir(tmp_path, "a", "b")
+    ns_file = tmp_path / "ns-file"
+    ns_file.touch()
+    host = HostCollector(
+        proc=str(proc),
+        sys=str(make_sys_v1(tmp_path)),
+        netns=["a", "b", "gone", str(ns_file), "nomatch-*"],
+        netns_dir=str(d),
+    )
+
+    def fake(path: str, files: Sequence[str], **_: Any) -> dict[str, str]:
+        if path.endswith("/a"):
+            raise PermissionError(1, "Operation not permitted")
+        if path == str(ns_file):
+            return {"snmp": "garbage\n", "dev": ""}
+        return {"snmp": FILES["net/snmp"], "dev": FILES["net/dev"]}
+
+    host.read_netns = fake
+    got = by_name(list(host.collect()))
+    labelled = {dict(k).get("netns") for k in got["host_tcp_out_segments_total"]}
+    assert labelled == {None, "b"}  # the host's and b's; a, the file and "gone" cost theirs
+    errors = {dict(k)["reason"]: v for k, v in got["aivitals_collector_errors_total"].items()}
+    # a glob that matches nothing is no error: the namespaces it stands for come and go
+    assert errors == {"netns_permission": 1, "netns_parse": 1, "netns_missing": 1}
+    assert got["aivitals_collector_up"][(("collector", "host"),)] == 1
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "run/netns/x"])
+def test_a_netns_that_is_neither_a_name_nor_an_absolute_path_is_a_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="netns"):
+        HostCollector(netns=[bad])
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None, reason="creates a network namespace (root)"
+)
+def test_a_real_namespace_is_read_from_inside_it(tmp_path: Path) -> None:
+    # a fresh namespace has sent no TCP segment: its counters are its own, not the host's
+    name = f"aivitals-test-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=15)
+    try:
+        subprocess.run(
+            ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True, timeout=15
+        )
+        before = os.readlink("/proc/thread-self/ns/net")
+        got = by_name(list(HostCollector(netns=["aivitals-test-*"]).collect()))
+        out = got["host_tcp_out_segments_total"]
+        assert out[(("netns", name),)] == 0
+        assert out[()] > 0  # this machine's own traffic (the test runner's, at least)
+        assert (("interface", "lo"), ("netns", name)) in got["host_network_transmit_packets_total"]
+        # the collecting thread never left the host's namespace
+        assert os.readlink("/proc/thread-self/ns/net") == before
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, timeout=15)

@@ -164,6 +164,35 @@ def test_loopback_traffic_does_not_hide_packet_loss() -> None:
     assert ratio.held and ratio.values[0][1] > 0.05
 
 
+def test_loss_in_a_proxys_namespace_is_read_there_not_diluted_by_the_hosts_acks() -> None:
+    # full-length validate run 11: the fault's proxy resends its answers in its own
+    # namespace; the host sends mostly ACKs of them (3.7 % resent of its link's segments).
+    # The namespace's counters (HostCollector netns=) are judged on their own
+    sc = corpus.scenario("network_loss", seed=3, duration=DURATION)
+    store = Store(retention=7200)
+    for name, labels, ts, vals in corpus.samples(sc):
+        if name.startswith("host_tcp_"):
+            # the host: five times the segments, its own resends a fifth of the proxy's
+            host = 5.0 * vals if name == "host_tcp_out_segments_total" else 0.2 * vals
+            for t, v, h in zip(ts.tolist(), vals.tolist(), host.tolist(), strict=True):
+                store.append(name, {**labels, "netns": "aivitals-x-loss"}, v, t)
+                store.append(name, labels, h, t)
+            continue
+        for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+            store.append(name, labels, v, t)
+    summed = (
+        "sum(rate(host_tcp_retransmitted_segments_total[1m]))"
+        " / sum(rate(host_tcp_out_segments_total[1m]))"
+    )
+    assert 0 < store.query(summed, sc.end).values()[0] < 0.05  # the old reading: diluted
+    d = diagnose(store, end=sc.end)
+    top = d.findings[0]
+    assert (top.signature, top.layer) == ("network_loss", "infrastructure")
+    ratio = next(e for e in top.evidence if e.role == "required")
+    held = {lab.get("netns", ""): v for lab, v in ratio.values}
+    assert held["aivitals-x-loss"] > 0.05 and "" not in held  # the namespace's, not the host's
+
+
 def test_kernel_events_are_evidence() -> None:
     sc, store = _loaded("gpu_xid")
     d = diagnose(store, end=sc.end, events=sc.events)

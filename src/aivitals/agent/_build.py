@@ -19,7 +19,9 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
     """host, process (with pid or port), gpu (unless none is found), kernel log, probes,
     extras."""
     ports = [*config.tcp_ports, *([config.port] if config.port else [])]
-    out: list[Collector] = [HostCollector(proc=config.proc, sys=config.sys, ports=ports)]
+    out: list[Collector] = [
+        HostCollector(proc=config.proc, sys=config.sys, ports=ports, netns=config.netns)
+    ]
     if config.pid is not None or config.port is not None:
         out.append(ProcessCollector(pid=config.pid, port=config.port, proc=config.proc))
     # The sim directory is resolved only for the sim backend: resolving it reads the

@@ -38,6 +38,13 @@ __all__ = ["agent", "collectors"]
 @click.option("--sim-gpu-dir", type=click.Path(file_okay=False), help="State dir of the sim GPU.")
 @click.option("--pid", type=int, help="The served process, by pid.")
 @click.option("--port", type=int, help="The served process, by the TCP port it listens on.")
+@click.option(
+    "--netns",
+    multiple=True,
+    metavar="NAME|GLOB|PATH",
+    help="Also read the TCP counters and interfaces of this network namespace "
+    "(an ip netns name, a glob over them, or /proc/PID/ns/net; root; repeat).",
+)
 @click.option("--interval", default="1s", show_default=True, help="Period of the collectors.")
 @click.option("--retention", default="1h", show_default=True, help="How long the store keeps.")
 @click.option("--no-kernel-log", is_flag=True, help="Do not read the kernel log.")
@@ -61,6 +68,7 @@ def agent(
     sim_gpu_dir: str | None,
     pid: int | None,
     port: int | None,
+    netns: tuple[str, ...],
     interval: str,
     retention: str,
     no_kernel_log: bool,
@@ -81,6 +89,7 @@ def agent(
         sim_gpu_dir=sim_gpu_dir,
         pid=pid,
         port=port,
+        netns=netns,
         interval=parse_duration("interval", interval),
         retention=parse_duration("retention", retention),
         kernel_log=not no_kernel_log,

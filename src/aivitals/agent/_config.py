@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ..collect import Collector
+from ..collect import Collector, check_netns
 from ..collect.gpu import default_sim_dir
 from ..errors import ConfigError
 
@@ -92,6 +92,10 @@ class AgentConfig:
     ``exporter`` only collects and serves ``/metrics``: no store, no query API.
     ``probes`` (name -> URL) are blackbox HTTP probes, run at ``interval``:
     the service as its callers see it (``probe_success``, ``probe_duration_seconds``).
+    ``netns`` are other network namespaces whose TCP counters and interfaces the host
+    collector reads too (``ip netns`` names, globs over them, or ``/proc/<pid>/ns/net``
+    files; needs root): where a container or a proxy in front of the service sends its
+    segments.
     """
 
     listen: str = "127.0.0.1:9464"
@@ -107,6 +111,7 @@ class AgentConfig:
     pid: int | None = None
     port: int | None = None
     tcp_ports: Sequence[int] = ()
+    netns: Sequence[str] = ()
     kernel_log: bool = True
     retention: float = 3600.0
     max_series: int = 1_000_000
@@ -145,6 +150,7 @@ class AgentConfig:
             for p in value if isinstance(value, Sequence) else ([] if value is None else [value]):
                 if not (isinstance(p, int) and 0 < p < 65536):
                     raise ConfigError(f"{key}: {p!r} is not a TCP port")
+        check_netns(self.netns)
         if self.scrape_max_bytes < 1024:
             raise ConfigError(f"scrape_max_bytes: must be >= 1024, got {self.scrape_max_bytes!r}")
         if self.max_series < 1:

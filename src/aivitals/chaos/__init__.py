@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param, Touch
 from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, default_root, replay
+from ._net import FAULT_NETNS_GLOB
 from ._procs import RUN_ENV, kill_tree, same_process, start_time
 from ._redis import keeps_title
 from ._registry import FAULTS, get_fault
@@ -28,6 +29,7 @@ from ._table import FAULT_TABLE, FaultInfo
 __all__ = [
     "DEFAULT_MAX_DURATION",
     "FAULTS",
+    "FAULT_NETNS_GLOB",
     "FAULT_TABLE",
     "RUN_ENV",
     "ActiveFault",

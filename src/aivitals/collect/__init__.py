@@ -17,6 +17,7 @@ from ._event import Event
 from ._health import BaseCollector, RunResult, health_samples, reason_of
 from ._host import HostCollector
 from ._kernel import DmesgSource, KernelLogCollector, KernelRecord, KmsgSource, classify_line
+from ._netns import check_netns
 from ._probe import HTTPProbeCollector
 from ._process import ProcessCollector, find_listener
 from ._scrape import Scraper, ScrapeResult, translate_exposition
@@ -37,6 +38,7 @@ __all__ = [
     "RunResult",
     "ScrapeResult",
     "Scraper",
+    "check_netns",
     "classify_line",
     "find_listener",
     "health_samples",

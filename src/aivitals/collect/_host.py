@@ -15,11 +15,24 @@ from ..errors import CollectorError, ConfigError
 from ..signals import Sample
 from . import _procfs as pf
 from ._health import BaseCollector, reason_of
+from ._netns import RUN_NETNS, check_netns, read_in_netns, resolve_netns
 from ._sockdiag import tcp_sockets
 
 __all__ = ["HostCollector"]
 
 _UNLIMITED = 2**62  # cgroup v1 reports "no limit" as a huge page-aligned number
+
+#: /proc/net/dev's columns, in ``parse_net_dev``'s order.
+_NET_DEV = (
+    "host_network_receive_bytes_total",
+    "host_network_receive_packets_total",
+    "host_network_receive_errors_total",
+    "host_network_receive_drops_total",
+    "host_network_transmit_bytes_total",
+    "host_network_transmit_packets_total",
+    "host_network_transmit_errors_total",
+    "host_network_transmit_drops_total",
+)
 
 
 class HostCollector(BaseCollector):
@@ -27,6 +40,15 @@ class HostCollector(BaseCollector):
 
     ``ports`` are the local TCP ports whose connections are counted by state
     (the served port, Redis...). ``cgroup_pid`` chooses whose cgroup is read.
+
+    ``netns`` names other network namespaces whose TCP counters and interfaces are
+    read too, labelled ``netns``: ``ip netns`` names, globs over them (``cni-*``,
+    whichever exist at each run) or namespace files (``/proc/<pid>/ns/net``). A
+    service in a container, or behind a proxy in its own namespace, sends and resends
+    its segments there, where the host's /proc/net/snmp never counts them. Entering a
+    namespace needs root; a failure costs that namespace's series and counts an error
+    (``netns_<reason>``), as does a name given outright that does not exist
+    (``netns_missing``; a glob matching nothing is no error).
 
     **Usage**::
 
@@ -44,6 +66,8 @@ class HostCollector(BaseCollector):
         sys: str = "/sys",
         ports: Iterable[int] = (),
         cgroup_pid: int | str = "self",
+        netns: Iterable[str] = (),
+        netns_dir: str = RUN_NETNS,
     ) -> None:
         super().__init__()
         self.proc = Path(proc)
@@ -53,6 +77,10 @@ class HostCollector(BaseCollector):
             if not 0 < p < 65536:
                 raise ConfigError(f"ports: {p!r} is not a TCP port")
         self.cgroup_pid = str(cgroup_pid)
+        self.netns = check_netns(netns)
+        self.netns_dir = netns_dir
+        #: reads ``/proc/net`` files inside a namespace (replaced in tests)
+        self.read_netns = read_in_netns
         self._clk_tck = float(os.sysconf("SC_CLK_TCK"))
         self._sections: tuple[tuple[str, Callable[[], list[Sample]]], ...] = (
             ("stat", self._cpu),
@@ -65,6 +93,7 @@ class HostCollector(BaseCollector):
             ("snmp", self._snmp),
             ("tcp", self._tcp),
             ("cgroup", self._cgroup),
+            ("netns", self._namespaces),
         )
 
     def _read(self, *parts: str) -> str:
@@ -149,20 +178,10 @@ class HostCollector(BaseCollector):
         return out
 
     def _net(self) -> list[Sample]:
-        names = (
-            "host_network_receive_bytes_total",
-            "host_network_receive_packets_total",
-            "host_network_receive_errors_total",
-            "host_network_receive_drops_total",
-            "host_network_transmit_bytes_total",
-            "host_network_transmit_packets_total",
-            "host_network_transmit_errors_total",
-            "host_network_transmit_drops_total",
-        )
         out: list[Sample] = []
         for iface, values in pf.parse_net_dev(self._read("net", "dev")).items():
             lab = {"interface": iface}
-            out += [Sample(n, lab, float(v)) for n, v in zip(names, values, strict=True)]
+            out += [Sample(n, lab, float(v)) for n, v in zip(_NET_DEV, values, strict=True)]
         return out
 
     def _snmp(self) -> list[Sample]:
@@ -171,6 +190,32 @@ class HostCollector(BaseCollector):
             Sample("host_tcp_out_segments_total", {}, float(tcp["OutSegs"])),
             Sample("host_tcp_retransmitted_segments_total", {}, float(tcp["RetransSegs"])),
         ]
+
+    def _namespaces(self) -> list[Sample]:
+        if not self.netns:
+            return []
+        found, missing = resolve_netns(self.netns, self.netns_dir)
+        for _ in missing:
+            self.count_error("netns_missing")
+        out: list[Sample] = []
+        for label, path in found.items():
+            try:
+                files = self.read_netns(path, ("snmp", "dev"))
+                tcp = pf.parse_snmp_tcp(files["snmp"])
+                dev = pf.parse_net_dev(files["dev"])
+            except (OSError, ValueError, IndexError, KeyError) as exc:
+                # one namespace gone mid-read (a container stopped) costs only its series
+                self.count_error(f"netns_{reason_of(exc)}")
+                continue
+            ns = {"netns": label}
+            out += [
+                Sample("host_tcp_out_segments_total", ns, float(tcp["OutSegs"])),
+                Sample("host_tcp_retransmitted_segments_total", ns, float(tcp["RetransSegs"])),
+            ]
+            for iface, values in dev.items():
+                lab = {"interface": iface, **ns}
+                out += [Sample(n, lab, float(v)) for n, v in zip(_NET_DEV, values, strict=True)]
+        return out
 
     def _tcp(self) -> list[Sample]:
         if not self.ports:

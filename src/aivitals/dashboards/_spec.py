@@ -725,7 +725,7 @@ HOST = DashboardSpec(
                         (
                             f"{series('host_tcp_retransmitted_segments_total', fn='rate')} / "
                             f"{series('host_tcp_out_segments_total', fn='rate')}",
-                            "{{node}}",
+                            "{{node}} {{netns}}",
                         )
                     ),
                     unit="percentunit",

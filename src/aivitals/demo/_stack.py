@@ -352,6 +352,7 @@ class Stack:
 
     def _agent_config(self) -> Any:
         from ..agent import AgentConfig, ScrapeTarget
+        from ..chaos import FAULT_NETNS_GLOB
 
         assert self.service is not None
         tick = self.config.tick
@@ -369,6 +370,10 @@ class Stack:
             # the callers' view: /healthz probed the way clients come in (retargeted
             # through a network fault's path while one runs; see probe_via)
             probes={PROBE_TARGET: self.service.url + "/healthz"},
+            # a network fault's proxy answers the clients from its own namespace, as a
+            # container's or a sidecar's stack would: its resent segments are counted
+            # there, never in the host's /proc/net/snmp (none exists without a fault)
+            netns=(FAULT_NETNS_GLOB,),
         )
 
     def probe_via(self, base_url: str | None) -> None:

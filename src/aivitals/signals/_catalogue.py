@@ -509,14 +509,22 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
     ("host_network_transmit_errors_total", C, "errors", INFRA, ("interface",), "Transmit errors."),
     ("host_network_receive_drops_total", C, "packets", INFRA, ("interface",), "Receive drops."),
     ("host_network_transmit_drops_total", C, "packets", INFRA, ("interface",), "Transmit drops."),
-    ("host_tcp_out_segments_total", C, "segments", INFRA, (), "TCP segments sent."),
+    (
+        "host_tcp_out_segments_total",
+        C,
+        "segments",
+        INFRA,
+        (),
+        "TCP segments sent (labelled netns: in that network namespace, read with --netns).",
+    ),
     (
         "host_tcp_retransmitted_segments_total",
         C,
         "segments",
         INFRA,
         (),
-        "TCP segments retransmitted (/proc/net/snmp RetransSegs).",
+        "TCP segments retransmitted (/proc/net/snmp RetransSegs; labelled netns: in that "
+        "network namespace).",
     ),
     (
         "probe_success",

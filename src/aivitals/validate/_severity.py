@@ -797,12 +797,14 @@ _MEASURES: dict[str, Callable[[_Window], Measured]] = {
         w.end("max(clamp_max(rate(host_disk_io_time_seconds_total[W]), 1))"),
         "host_disk_io_time_seconds_total",
     ),
-    # TCPRetransmitsHigh's ratio (segments sent on real links: loopback left out)
+    # TCPRetransmitsHigh's ratio (segments sent on real links: loopback left out), in the
+    # namespace where it is highest (the host's, or the fault proxy's the agent reads)
     "network_loss": lambda w: _peak(
         w.end(
-            "sum(rate(host_tcp_retransmitted_segments_total[W])) / ((sum(rate("
-            "host_tcp_out_segments_total[W])) - sum(rate(host_network_transmit_packets_total"
-            '{interface="lo"}[W]))) or sum(rate(host_tcp_out_segments_total[W])))'
+            "max(sum by (netns) (rate(host_tcp_retransmitted_segments_total[W])) / ((sum by "
+            "(netns) (rate(host_tcp_out_segments_total[W])) - sum by (netns) (rate("
+            'host_network_transmit_packets_total{interface="lo"}[W]))) or sum by (netns) '
+            "(rate(host_tcp_out_segments_total[W]))))"
         ),
         "host_tcp_retransmitted_segments_total",
     ),
