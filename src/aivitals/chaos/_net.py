@@ -31,7 +31,8 @@ __all__ = ["FAULT_NETNS_GLOB", "NetworkLatency", "NetworkLoss"]
 #: Every namespace a network fault creates (``aivitals-<run>-<kind>``): the proxy that
 #: answers the clients sends and resends its segments there, so an agent that should
 #: see the fault's loss as the service's edge reads it (``AgentConfig.netns``).
-FAULT_NETNS_GLOB = "aivitals-*"
+_NETNS_PREFIX = "aivitals-"
+FAULT_NETNS_GLOB = _NETNS_PREFIX + "*"
 
 _BASE = ipaddress.IPv4Network("10.213.0.0/16")
 
@@ -84,7 +85,7 @@ class _NetFault(Fault):
         assert self.run is not None
         svc_host, svc_port = ctx.host_port
         tag = self.run.run_id[-6:]
-        ns = f"{FAULT_NETNS_GLOB[:-1]}{tag}-{self.name.split('_')[1][:4]}"
+        ns = f"{_NETNS_PREFIX}{tag}-{self.name.split('_')[1][:4]}"
         host_if, ns_if = f"avh{tag}{self.name[8:10]}", f"avn{tag}{self.name[8:10]}"
         net = _pick_subnet()
         host_ip, ns_ip = (str(a) for a in list(net.hosts())[:2])

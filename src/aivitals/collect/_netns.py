@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
+import functools
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,9 +71,13 @@ def resolve_netns(
     return found, missing
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)  # loaded once, not at every collection
+
+
 def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
+    if _libc().setns(fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
