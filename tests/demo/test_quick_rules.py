@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aivitals.alerts import AlertingRule, PackParams, default_pack, load_rules
-from aivitals.demo import QUICK_RULES, scale_for
+from aivitals.demo import FOR_SPANS_WINDOW, QUICK_RULES, for_floors, scale_for
 from aivitals.errors import ConfigError
 from aivitals.validate._record import load_recording
-from tests._paths import FIXTURES
+from tests._paths import FIXTURES, REPO
 
 #: A quick event_loop_blocked case at 0.3 s a request (the loop past its capacity),
 #: recorded with the code of ba76008, whose idle share was averaged over 4 s.
@@ -98,3 +99,68 @@ def test_a_healthy_burst_does_not_saturate_quick_runs_pool_and_a_stuck_pool_does
     assert PackParams().saturation_window == PackParams().short_window == "1m"
     with pytest.raises(ConfigError, match="saturation_window='20s' spans fewer than 4 scrapes"):
         PackParams(saturation_window="20s")
+
+
+#: The clean-clone CI soak at 90740c5 (5 minutes, compressed): CacheHitRatioDrop paged P1
+#: at 267 s for one evaluation (1 hit in 14 lookups of a 4 s window, a healthy Zipf
+#: cache at x1.4 of the trace's rate).
+CI_SOAK = FIXTURES / "recordings" / "ci90740" / "soak-300s-quick.json"
+#: A quick cache_stampede at the sweep's at-threshold severity (the corpus' tuning half):
+#: the shortest run of the stampede's condition among the recorded severities.
+STAMPEDE = REPO / "benchmarks" / "recordings" / "cache_stampede@threshold.json"
+
+
+def _quick_cache_rule(*, floors: bool) -> AlertingRule:
+    pack = default_pack(**QUICK_RULES)
+    text = scale_for(pack.text, 60.0, floors=for_floors(pack.params) if floors else None)
+    (rule,) = [
+        r for g in load_rules(text) for r in g.alerting_rules if r.alert == "CacheHitRatioDrop"
+    ]
+    return rule
+
+
+def _fires(rule: AlertingRule, label: Path, start: float, end: float) -> list[float]:
+    """When ``rule`` fires over ``label``'s recording between ``start`` and ``end``
+    (seconds into it), evaluated every second as quick runs' engine does."""
+    rec = load_recording(label)
+    store, t0 = rec.store(), float(rec.start)
+    fired: list[float] = []
+    held_since: float | None = None
+    for i in range(int(start), int(end)):
+        t = t0 + i
+        if store.query(rule.expr, at=t).vector:
+            held_since = t if held_since is None else held_since
+            if t - held_since >= rule.for_ and (not fired or fired[-1] < held_since - t0):
+                fired.append(t - t0)
+        else:
+            held_since = None
+    return fired
+
+
+def test_the_cache_drop_holds_a_whole_window_in_quick_runs_so_a_healthy_soak_stays_quiet() -> None:
+    old, new = _quick_cache_rule(floors=False), _quick_cache_rule(floors=True)
+    assert (old.for_, new.for_) == (1.0, 4.0)  # 1m / 60; the 4 s short window
+    assert "[4s]" in str(default_pack(**QUICK_RULES).text) and QUICK_RULES["short_window"] == "4s"
+    soak = load_recording(CI_SOAK)
+    t0 = float(soak.start)
+    span = (float(soak.label["t_baseline"]) - t0, float(soak.end) - t0)
+    assert _fires(old, CI_SOAK, *span), "the CI soak's blip no longer pages the old for: 1s"
+    assert _fires(new, CI_SOAK, *span) == []
+    stampede = load_recording(STAMPEDE)
+    fault = float(stampede.label["t_fault"]) - float(stampede.start)
+    revert = float(stampede.label["t_revert"]) - float(stampede.start)
+    fired = _fires(new, STAMPEDE, fault, revert)
+    assert fired and fired[0] - fault <= 10.0, (fired, fault)
+
+
+def test_a_for_floor_never_raises_the_shipped_for_and_leaves_other_rules_alone() -> None:
+    pack = default_pack()
+    plain = load_rules(scale_for(pack.text, 60.0))
+    floored = load_rules(scale_for(pack.text, 60.0, floors={"CacheHitRatioDrop": 3600.0}))
+    fors = {r.alert: r.for_ for g in plain for r in g.alerting_rules}
+    got = {r.alert: r.for_ for g in floored for r in g.alerting_rules}
+    assert got.pop("CacheHitRatioDrop") == 60.0  # the shipped 1m, not the hour asked
+    fors.pop("CacheHitRatioDrop")
+    assert got == fors
+    assert for_floors(PackParams()) == {"CacheHitRatioDrop": 60.0}
+    assert set(FOR_SPANS_WINDOW) <= set(pack.alert_names)

@@ -21,12 +21,13 @@ from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
 from ._session import SoakLoad
-from ._stack import QUICK_RULES, Stack, StackConfig, scale_for
+from ._stack import FOR_SPANS_WINDOW, QUICK_RULES, Stack, StackConfig, for_floors, scale_for
 from ._workload import MAX_OUTPUT_TOKENS
 
 __all__ = [
     "CHAOS_PATH",
     "EMBED_MODEL_NAME",
+    "FOR_SPANS_WINDOW",
     "IN_PROCESS_FAULTS",
     "LM_MODEL_NAME",
     "MAX_OUTPUT_TOKENS",
@@ -41,5 +42,6 @@ __all__ = [
     "Stack",
     "StackConfig",
     "create_app",
+    "for_floors",
     "scale_for",
 ]

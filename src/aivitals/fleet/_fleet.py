@@ -362,12 +362,12 @@ class Fleet:
         """The exported rule pack as loaded by Prometheus and vmalert (time-compressed
         when ``quick``: the windows of ``QUICK_RULES`` and every ``for:`` / 60)."""
         from ..alerts import default_pack
-        from ..demo import QUICK_RULES, scale_for
+        from ..demo import QUICK_RULES, for_floors, scale_for
 
         if not self.config.quick:
             return default_pack(**self.config.rule_params).text
         pack = default_pack(**{**QUICK_RULES, **self.config.rule_params})
-        return scale_for(pack.text, QUICK_FOR_FACTOR)
+        return scale_for(pack.text, QUICK_FOR_FACTOR, floors=for_floors(pack.params))
 
     def scrape_configs(self) -> list[dict[str, Any]]:
         """Both jobs of the exported prometheus.yml, one static config (and node label) per node."""
