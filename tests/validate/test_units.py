@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 from pathlib import Path
 from typing import Any
 
@@ -668,3 +669,74 @@ def test_the_fault_cases_run_the_demo_with_a_cache_ttl_longer_than_any_run(
     ttl = float(args[args.index("--cache-ttl") + 1])
     assert ttl == FAULT_CASE_CACHE_TTL_S
     assert ttl >= 24 * 3600  # a day: no run of every case comes near it
+
+
+def _embeddings_server(seconds: float, status: int) -> Any:
+    """A stand-in service on 127.0.0.1 answering /v1/embeddings after ``seconds``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class _Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            time.sleep(seconds)
+            body = b'{"data": [{"embedding": [0.1, 0.2]}]}'
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_a_sweep_measures_the_pool_before_sizing_a_surge() -> None:
+    """calibrate_capacity counts fresh embeddings answered with one in flight per worker;
+    only a graded surge asks for it; a service that cannot answer is a ServiceError."""
+    from types import SimpleNamespace
+
+    from aivitals.errors import ServiceError
+    from aivitals.validate._cases import Case
+    from aivitals.validate._runner import _sized_at_run_time, calibrate_capacity
+
+    srv = _embeddings_server(0.05, 200)
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        stack = SimpleNamespace(config=SimpleNamespace(workers=2), service=SimpleNamespace(url=url))
+        got = calibrate_capacity(stack, {"median_s": 0.12}, seconds=1.5)
+    finally:
+        srv.shutdown()
+    # two in flight at 50 ms each: at most 40 a second, less the round trips
+    assert 15 <= got["embeddings_rps"] <= 40, got
+    assert got["workers"] == 2 and got["completion_s"] == 0.12 and got["seconds"] == 1.5
+    surge = SCENARIOS["traffic_surge"]
+    assert _sized_at_run_time(Case((surge,), "threshold"))
+    assert _sized_at_run_time(Case((surge,), "moderate"))
+    assert not _sized_at_run_time(Case((surge,), "severe"))  # today's values
+    assert not _sized_at_run_time(Case((surge,)))
+    assert not _sized_at_run_time(Case((SCENARIOS["cpu_burn"],), "threshold"))
+    # the case's parameters follow the pool measured
+    fast = Case((surge,), "threshold").params(True, {}, {**got, "embeddings_rps": 90.0})
+    slow = Case((surge,), "threshold").params(True, {}, {**got, "embeddings_rps": 20.0})
+    assert fast["traffic_surge"]["factor"] > slow["traffic_surge"]["factor"]
+    # -p overrides still win
+    assert (
+        Case((surge,), "threshold").params(True, {"traffic_surge": {"factor": 3}}, got)[
+            "traffic_surge"
+        ]["factor"]
+        == 3
+    )
+
+    broken = _embeddings_server(0.0, 503)
+    try:
+        url = f"http://127.0.0.1:{broken.server_address[1]}"
+        stack = SimpleNamespace(config=SimpleNamespace(workers=2), service=SimpleNamespace(url=url))
+        with pytest.raises(ServiceError, match="measuring the pool's capacity: 0 of"):
+            calibrate_capacity(stack, None, seconds=0.5)
+    finally:
+        broken.shutdown()

@@ -8,6 +8,7 @@ rows in the chaos fault table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,13 @@ class Case:
         return len(self.scenarios) > 1
 
     def params(
-        self, quick: bool, overrides: dict[str, dict[str, Any]]
+        self,
+        quick: bool,
+        overrides: dict[str, dict[str, Any]],
+        capacity: Mapping[str, Any] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Each fault's parameters: the severity's, else the scenario's, then ``-p`` overrides."""
+        """Each fault's parameters: the severity's (a surge's sized to ``capacity``, what
+        the run measured), else the scenario's, then ``-p`` overrides."""
         out: dict[str, dict[str, Any]] = {}
         for s in self.scenarios:
             if self.severity is None:
@@ -55,7 +60,7 @@ class Case:
             else:
                 from ._severity import severity_params
 
-                base = severity_params(s.fault, self.severity, quick=quick)
+                base = severity_params(s.fault, self.severity, quick=quick, capacity=capacity)
             out[s.fault] = {**base, **overrides.get(s.fault, {})}
         return out
 

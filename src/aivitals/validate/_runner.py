@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,13 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
                 stack, dict(config.rule_params), FAULT_CASE_TOKENS, echo
             )
             report.environment = _environment(stack, calibration, FAULT_CASE_CACHE_TTL_S)
+            if any(_sized_at_run_time(c) for c in chosen):
+                capacity = calibrate_capacity(stack, calibration)
+                report.environment["capacity"] = capacity
+                echo(
+                    f"pool capacity: {capacity['embeddings_rps']:g} fresh embeddings/s with "
+                    f"{capacity['workers']} in flight; the graded surges are sized to it"
+                )
             _warm_up(stack, config, echo, relay)
             _run_all(stack, chosen, config, report, echo, relay=relay)
         except KeyboardInterrupt:
@@ -243,6 +250,55 @@ def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, An
     }
 
 
+#: How long ``calibrate_capacity``'s closed loop runs.
+CAPACITY_S = 5.0
+
+
+def _sized_at_run_time(c: Case) -> bool:
+    """A case whose fault is sized against the capacity a run measures: a graded surge."""
+    return c.severity in ("threshold", "moderate") and "traffic_surge" in c.faults
+
+
+def calibrate_capacity(
+    stack: Any, calibration: Mapping[str, Any] | None, *, seconds: float = CAPACITY_S
+) -> dict[str, Any]:
+    """Measure the worker pool's capacity for the surge's work on this machine: fresh
+    embeddings inputs (none a cache hit) in a closed loop at one per worker for
+    ``seconds``. Returns ``workers``, ``embeddings_rps`` (inputs answered a second) and
+    ``completion_s`` (a worker's time per validate completion: the SLA calibration's
+    median, else the nominal figure), the figures ``_severity.surge_factor`` sizes a
+    surge with. ``ServiceError`` when the service answers too few to measure."""
+    from ..errors import ServiceError
+    from ..load import LoadConfig, run_load
+    from ._severity import DEMO_INFERENCE_S
+
+    workers = int(stack.config.workers)
+    report = run_load(
+        LoadConfig(
+            url=stack.service.url.rstrip("/") + "/v1/embeddings",
+            concurrency=workers,
+            duration=seconds,
+            prompt_tokens=LoadPlan().prompt_tokens,
+            input_pool=0,
+            timeout=10.0,
+        )
+    )
+    if report.completed < CALIBRATION_MIN_COMPLETED:
+        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
+        raise ServiceError(
+            f"measuring the pool's capacity: {report.completed} of {report.sent} "
+            f"embeddings answered in {seconds:g} s (errors: {errors})"
+        )
+    median = (calibration or {}).get("median_s")
+    return {
+        "workers": workers,
+        "embeddings_rps": round(report.completed / seconds, 2),
+        "completion_s": float(median) if median else DEMO_INFERENCE_S,
+        "completed": report.completed,
+        "seconds": seconds,
+    }
+
+
 def start_calibrated_agent(
     stack: Any, user_params: dict[str, Any], max_tokens: int, echo: Echo
 ) -> dict[str, Any] | None:
@@ -341,8 +397,9 @@ def _run_all(
             what = " + ".join(i.description for i in infos)
             echo(f"\n== {c.name} ({result.layer} layer): {what}")
             try:
-                result.params = c.params(config.quick, config.params)
-                _scenario(stack, runner, c, infos, config, result, echo, relay)
+                capacity = report.environment.get("capacity")
+                result.params = c.params(config.quick, config.params, capacity)
+                _scenario(stack, runner, c, infos, config, result, echo, relay, capacity)
             except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
                 echo(f"[fail] {result.error}")
@@ -427,6 +484,7 @@ def _scenario(
     result: ScenarioResult,
     echo: Echo,
     relay: Relay,
+    capacity: Mapping[str, Any] | None = None,
 ) -> None:
     plan = LoadPlan()
     expect = _Expect.of(infos)
@@ -484,6 +542,7 @@ def _scenario(
                     quick=config.quick,
                     t_fault=t_fault,
                     t_end=t_end,
+                    capacity=capacity,
                 )
             )
     for check in checks:

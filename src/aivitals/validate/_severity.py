@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ._report import Check
 
 __all__ = [
+    "NOMINAL_EMBEDDINGS_RPS",
     "SEVERITIES",
     "TOLERANCE",
     "Knob",
@@ -46,6 +47,8 @@ __all__ = [
     "severity_params",
     "severity_table",
     "summarize_sweep",
+    "surge_factor",
+    "surge_load",
 ]
 
 SEVERITIES = ("threshold", "moderate", "severe")
@@ -154,6 +157,47 @@ def _stampede_drop(interval: float, embeddings_rate: float, pool: int) -> float:
     flush the next min(pool, rate*interval) lookups miss."""
     lookups = embeddings_rate * interval
     return min(1.0, pool / lookups) if lookups > 0 else 1.0
+
+
+#: The demo's embeddings throughput with its two workers busy, nominal: a sweep measures
+#: its own at the start (``calibrate_capacity``); quick sweeps on the development machine
+#: served 41-47 fresh inputs a second saturated (2026-12-01..04).
+NOMINAL_EMBEDDINGS_RPS = 40.0
+
+
+def _pool(capacity: Mapping[str, Any] | None) -> tuple[int, float, float]:
+    """The worker pool: workers, and seconds of one worker per fresh embeddings input
+    and per validate completion (``capacity`` as ``calibrate_capacity`` measured it;
+    None: the nominal figures)."""
+    from ..demo import StackConfig
+
+    cap = capacity or {}
+    workers = int(cap.get("workers") or StackConfig().workers)
+    per_embedding = workers / float(cap.get("embeddings_rps") or NOMINAL_EMBEDDINGS_RPS)
+    per_completion = float(cap.get("completion_s") or DEMO_INFERENCE_S)
+    return workers, per_embedding, per_completion
+
+
+def surge_load(factor: float, capacity: Mapping[str, Any] | None) -> float:
+    """The load a surge of ``factor`` offers the worker pool, as a multiple of its
+    capacity: validate's completions and the surge's fresh embeddings (validate's own
+    embeddings are cache hits and cost the pool nothing)."""
+    from ._load import LoadPlan
+
+    workers, per_embedding, per_completion = _pool(capacity)
+    work = LoadPlan().completions_rate * per_completion + factor * _base_rate() * per_embedding
+    return work / workers
+
+
+def surge_factor(load: float, capacity: Mapping[str, Any] | None) -> float:
+    """The surge factor that offers ``load`` (x capacity), rounded up to the fault's
+    0.1 step, at least its smallest (the inverse of ``surge_load``)."""
+    from ._load import LoadPlan
+
+    workers, per_embedding, per_completion = _pool(capacity)
+    room = load * workers - LoadPlan().completions_rate * per_completion
+    factor = room / (_base_rate() * per_embedding)
+    return max(_fault_minimum("traffic_surge", "factor"), _up(factor, 0.1))
 
 
 def _base_rate() -> float:
@@ -405,23 +449,29 @@ def _knobs() -> dict[str, Knob]:
             "one magnitude: the cache answers or not (method 1, a kill, is the same outage)",
         )
     )
-    # Surge: the signature's "requests per second rose by half"; the fault adds
-    # factor x base_rate on top of validate's own rate.
-    rise = _signature_min_change("traffic_surge")
-    base = _base_rate()
+    # Surge: its expected alerts (QueueBacklog, HTTP429RateHigh) judge the load against
+    # the service's capacity, not against the rate before it. Past capacity the queue
+    # fills, and once it is full the share refused is 1 - 1/load: HTTP429RateHigh's
+    # http_429_ratio is just crossed at load 1 / (1 - ratio). The surge's fresh
+    # embeddings inputs are sized against the worker pool's capacity the run measures
+    # (``surge_factor``); here, before a run, at the nominal one.
+    limit = 1.0 / (1.0 - pack.http_429_ratio)
     floor = _fault_minimum("traffic_surge", "factor")
     out.append(
         Knob(
             "traffic_surge",
             "factor",
-            "rise of the request rate (share of validate's own)",
-            rise,
-            f"signature traffic_surge min_change {rise:g}; the fault adds factor x "
-            f"{base:g} requests/s to validate's {rate:g}",
-            {"factor": max(floor, _up(rise * rate / base, 0.1))},
-            {"factor": max(floor, _up(2 * rise * rate / base, 0.1))},
-            f"the fault's smallest surge (factor {floor:g}: +{floor * base / rate:.2f} x) is "
-            f"over the threshold (+{rise:g} x): threshold and moderate both run at it",
+            "offered load on the worker pool (x its measured capacity)",
+            limit,
+            f"HTTP429RateHigh http_429_ratio {pack.http_429_ratio:g}: past the pool's "
+            f"capacity QueueBacklog's queue fills, then 1/(1 - {pack.http_429_ratio:g}) = "
+            f"{limit:.3f} x capacity refuses that share; the fault adds factor x "
+            f"{_base_rate():g} fresh embeddings/s to validate's {rate:g} requests/s",
+            {"factor": surge_factor(limit, None)},
+            {"factor": surge_factor(2 * limit, None)},
+            f"sized at run time against the pool's measured capacity (here the nominal "
+            f"{NOMINAL_EMBEDDINGS_RPS:g} embeddings/s); the fault's smallest surge is "
+            f"factor {floor:g}",
         )
     )
     for name, bound, unit, source in (
@@ -457,17 +507,6 @@ def _knobs() -> dict[str, Knob]:
 
 
 @cache
-def _signature_min_change(signature: str) -> float:
-    from ..diagnose import load_signatures
-
-    for sig in load_signatures():
-        if sig.id == signature:
-            for ev in sig.of_role("required"):
-                if ev.min_change:
-                    return float(ev.min_change)
-    raise ConfigError(f"signature {signature!r} has no required min_change")
-
-
 def _fault_minimum(fault: str, param: str) -> float:
     from ..chaos import get_fault
 
@@ -503,9 +542,13 @@ def _defaults(fault: str) -> dict[str, Any]:
     return {k: v[0] for k, v in cls.params.items()}
 
 
-def severity_params(fault: str, severity: str, *, quick: bool) -> dict[str, Any]:
+def severity_params(
+    fault: str, severity: str, *, quick: bool, capacity: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The fault's parameters at ``severity`` (one of ``SEVERITIES``) for a quick or a
-    full run; ``ConfigError`` for an unknown fault or severity.
+    full run; ``ConfigError`` for an unknown fault or severity. ``capacity`` (what
+    ``calibrate_capacity`` measured) sizes a surge against this machine's service; None,
+    against the nominal one.
 
     **Usage**::
 
@@ -519,12 +562,18 @@ def severity_params(fault: str, severity: str, *, quick: bool) -> dict[str, Any]
     today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
     if severity == "severe" or k.param is None:
         return today
+    if fault == "traffic_surge" and capacity is not None:
+        load = (k.bound or 1.0) * (1.0 if severity == "threshold" else 2.0)
+        return {**today, "factor": surge_factor(load, capacity)}
     return {**today, **(k.threshold if severity == "threshold" else k.moderate)}
 
 
-def magnitude(fault: str, params: Mapping[str, Any]) -> float | None:
+def magnitude(
+    fault: str, params: Mapping[str, Any], capacity: Mapping[str, Any] | None = None
+) -> float | None:
     """The magnitude ``params`` ask of ``fault``, in its knob's unit (None for a fault
-    with one magnitude: then the bound is what a run must cross)."""
+    with one magnitude: then the bound is what a run must cross); a surge's against
+    ``capacity`` (None: the nominal one)."""
     k = knob(fault)
     if k.param is None:
         return None
@@ -560,7 +609,7 @@ def magnitude(fault: str, params: Mapping[str, Any]) -> float | None:
     if fault == "network_latency":
         return 2 * float(p["delay_ms"]) / 1000.0
     if fault == "traffic_surge":
-        return float(p["factor"]) * _base_rate() / rate
+        return surge_load(float(p["factor"]), capacity)
     raise ConfigError(f"fault {fault!r}: no magnitude for its knob {k.param!r}")
 
 
@@ -725,6 +774,20 @@ def _stampede(w: _Window) -> Measured:
     return max(drops)
 
 
+def _surge(w: _Window, capacity: Mapping[str, Any] | None) -> Measured:
+    """The load offered to the worker pool over the phase (x its capacity): the requests
+    that arrived, answered or refused, less the embeddings the cache answered."""
+    workers, per_embedding, per_completion = _pool(capacity)
+    arrived = 'sum(rate(http_request_duration_seconds_count{{route="/v1/{}"}}[W]))'
+    completions = w.end(arrived.format("completions"))
+    embeddings = w.end(arrived.format("embeddings"))
+    hits = w.end('sum(rate(cache_requests_total{cache="embeddings",result="hit"}[W]))')
+    if not completions or not embeddings:
+        return _NO_DATA.format("http_request_duration_seconds_count")
+    fresh = max(0.0, embeddings[0] - (hits[0] if hits else 0.0))
+    return (completions[0] * per_completion + fresh * per_embedding) / workers
+
+
 def _timeouts(w: _Window) -> Measured:
     timed = w.delta('sum(request_timeouts_total{reason="deadline"})')
     if timed <= 0:
@@ -816,12 +879,6 @@ _MEASURES: dict[str, Callable[[_Window], Measured]] = {
         ),
         "cache_requests_total",
     ),
-    "traffic_surge": lambda w: _change(
-        w,
-        "sum(rate(http_request_duration_seconds_count[W]))",
-        "http_request_duration_seconds_count",
-        relative=True,
-    ),
     "gpu_xid": lambda w: w.delta("sum(gpu_xid_errors_total)"),
     "gpu_oom": lambda w: w.delta('sum(model_inference_errors_total{error_code="CUDA_OOM"})'),
     "cold_start": lambda w: _peak(
@@ -855,7 +912,13 @@ _INDIRECT: dict[str, str] = {
 }
 
 
-def _asked(fault: str, severity: str, params: Mapping[str, Any], t: float) -> float | None:
+def _asked(
+    fault: str,
+    severity: str,
+    params: Mapping[str, Any],
+    t: float,
+    capacity: Mapping[str, Any] | None = None,
+) -> float | None:
     """The magnitude the case asked, in the measured signal's terms."""
     k = knob(fault)
     if fault == "slow_dependency":
@@ -863,7 +926,7 @@ def _asked(fault: str, severity: str, params: Mapping[str, Any], t: float) -> fl
     if fault == "thread_leak":
         p = {**_defaults(fault), **params}
         return min(float(p["max_threads"]), float(p["per_request"]) * _request_rate() * t)
-    m = magnitude(fault, params)
+    m = magnitude(fault, params, capacity)
     if m is None:
         return k.bound
     if fault == "event_loop_blocked" and not math.isfinite(m):
@@ -881,6 +944,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:.1%}"
     if unit.startswith("s "):
         return f"{value:.3f} s"
+    if unit.startswith("offered load"):
+        return f"x{value:.2f}"
     return f"{value:.4g}"
 
 
@@ -893,6 +958,7 @@ def reached(
     quick: bool,
     t_fault: float,
     t_end: float,
+    capacity: Mapping[str, Any] | None = None,
 ) -> Check | None:
     """Did the fault reach the magnitude ``severity`` asked, on this machine?
 
@@ -911,10 +977,13 @@ def reached(
     full = _full_at(fault, params, t_fault)
     window = _Window(stack.agent.store, float(stack.config.tick), t_fault, t_end, full)
     try:
-        achieved = _MEASURES[fault](window)
+        if fault == "traffic_surge":
+            achieved = _surge(window, capacity)
+        else:
+            achieved = _MEASURES[fault](window)
     except Exception as exc:  # a query error is reported, never raised into the run
         achieved = f"the measurement failed: {type(exc).__name__}: {exc}"
-    asked = _asked(fault, severity, params, t_end - t_fault)
+    asked = _asked(fault, severity, params, t_end - t_fault, capacity)
     if isinstance(achieved, str) or asked is None:
         why = achieved if isinstance(achieved, str) else "nothing asked"
         return Check(
