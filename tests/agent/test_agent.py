@@ -226,6 +226,33 @@ def test_collect_once_without_starting() -> None:
     assert agent.store.query("host_load1").values() == [1.0]
 
 
+def test_a_series_a_collector_stops_reporting_goes_stale_at_once() -> None:
+    """A GPU process that exits leaves its collector's output: the agent's store answers
+    without it at the next collection (it lingered 5 minutes through the look-back)."""
+    from aivitals.collect import BaseCollector
+    from aivitals.signals import Sample
+
+    class Processes(BaseCollector):
+        name = "processes"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pids = ["10", "11"]
+
+        def _collect(self) -> list[Sample]:
+            return [Sample("gpu_process_memory_used_bytes", {"pid": p}, 1e9) for p in self.pids]
+
+    procs = Processes()
+    agent = Agent(cfg(), collectors=[procs])
+    agent.collect_once()
+    assert len(agent.store.query("gpu_process_memory_used_bytes").vector) == 2
+    time.sleep(0.01)  # the next collection's timestamp is later
+    procs.pids = ["10"]
+    agent.collect_once()
+    got = agent.store.query("gpu_process_memory_used_bytes").vector
+    assert [s.labels["pid"] for s in got] == ["10"]
+
+
 def test_default_collectors_with_sim_gpu(tmp_path: Path) -> None:
     agent = Agent(cfg(gpu="sim", sim_gpu_dir=str(tmp_path), kernel_log=False))
     assert [c.name for c in agent.collectors] == ["host", "gpu"]

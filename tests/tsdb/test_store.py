@@ -121,6 +121,29 @@ def test_staleness_marker_ends_a_series_at_once() -> None:
     assert store.query("count_over_time(b[1m])", T + 16).values() == [1.0]
 
 
+def test_a_collectors_missing_series_goes_stale_at_once() -> None:
+    """append_samples with a target marks what that target stopped reporting, as a
+    scrape does; another target's series and a call without a target are left alone."""
+    store = Store()
+    gpu = [Sample("gpu_process_memory_used_bytes", {"pid": p}, 1e9) for p in ("1", "2")]
+    store.append_samples(gpu, default_timestamp=T, target="collector:gpu")
+    store.append_samples([Sample("host_load1", {}, 1.0)], default_timestamp=T, target="c:host")
+    store.append_samples([Sample("untargeted", {}, 1.0)], default_timestamp=T)
+    stats = store.append_samples(gpu[:1], default_timestamp=T + 1, target="collector:gpu")
+    assert stats.stale_markers == 1 and stats.appended == 1
+    pids = [s.labels["pid"] for s in store.query("gpu_process_memory_used_bytes", T + 2).vector]
+    assert pids == ["1"]  # pid 2 exited: gone now, not after the 5-minute look-back
+    assert store.query("host_load1", T + 2).values() == [1.0]  # another target's
+    store.append_samples([Sample("other", {}, 1.0)], default_timestamp=T + 1)
+    assert store.query("untargeted", T + 2).values() == [1.0]  # no target: look-back
+    # it comes back with its next sample; the range functions skip the marker
+    store.append_samples(gpu, default_timestamp=T + 3, target="collector:gpu")
+    assert len(store.query("gpu_process_memory_used_bytes", T + 3).vector) == 2
+    assert store.query(
+        'count_over_time(gpu_process_memory_used_bytes{pid="2"}[1m])', T + 3
+    ).values() == [2.0]
+
+
 def test_stale_marker_is_distinct_from_nan() -> None:
     assert is_stale(STALE_NAN)
     assert not is_stale(math.nan)

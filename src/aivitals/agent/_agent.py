@@ -297,7 +297,12 @@ class Agent:
             self._latest[key] = samples
         if self._store is not None and samples:
             try:
-                self._count_append(self._store.append_samples(samples, default_timestamp=now))
+                # per collector, as a scrape per target: what it stopped reporting
+                # (an exited GPU process, a removed namespace) goes stale now
+                stats = self._store.append_samples(
+                    samples, default_timestamp=now, target=f"collector:{key}"
+                )
+                self._count_append(stats)
             except StoreError:
                 log.exception("store refused samples of %s", key)
 

@@ -138,8 +138,15 @@ class Store:
                 raise SampleRejected(reason, _show(key), t_ms)
             self._stored(t_ms, 1)
 
-    def append_samples(self, samples: Iterable[Sample], *, default_timestamp: float) -> AppendStats:
+    def append_samples(
+        self, samples: Iterable[Sample], *, default_timestamp: float, target: str | None = None
+    ) -> AppendStats:
         """Store many samples; refusals are counted by reason, never raised.
+
+        With ``target`` (one collector's name), series that were in that target's
+        previous batch and are missing from this one get a staleness marker at
+        ``default_timestamp``, as a scrape's do: a GPU process that exited stops
+        answering queries now, not after the 5-minute look-back.
 
         ::
 
@@ -160,7 +167,7 @@ class Store:
                 bad["bad_sample"] = bad.get("bad_sample", 0) + 1
                 continue
             rows.append((labels, value, default_ms if ts is None else round(ts * 1000)))
-        stats = self._append_rows(rows, default_ms)
+        stats = self._append_rows(rows, default_ms, target)
         for reason, n in bad.items():
             stats.rejected[reason] = n
             with self._lock:
@@ -236,9 +243,12 @@ class Store:
         self._stored(newest, stats.appended)
         return stats, seen
 
-    def _append_rows(self, rows: Sequence[Row], default_ms: int) -> AppendStats:
+    def _append_rows(
+        self, rows: Sequence[Row], default_ms: int, target: str | None = None
+    ) -> AppendStats:
         stats = AppendStats()
         newest = default_ms
+        seen: set[Series] = set()
         with self._lock:
             series_map = self._series
             for labels, value, t_ms in rows:
@@ -250,6 +260,7 @@ class Store:
                         stats._reject("cardinality_limit")
                         continue
                     stats.series_created += 1
+                seen.add(series)
                 reason = series.append(t, value)
                 if reason is not None:
                     stats._reject(reason)
@@ -259,6 +270,8 @@ class Store:
                     newest = t
             for reason, n in stats.rejected.items():
                 self._rejected[reason] = self._rejected.get(reason, 0) + n
+            if target is not None:
+                self._mark_stale(target, seen, default_ms, stats)
             self._stored(newest, stats.appended)
         return stats
 
