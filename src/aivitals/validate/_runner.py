@@ -212,6 +212,32 @@ def _demo_rule_params(
     return {"sla_seconds": round(sla, 3)}
 
 
+def _closed_loop(stack: Any, path: str, seconds: float, what: str, **request: Any) -> Any:
+    """Fresh requests to ``path`` (every input new: no cache hit) in a closed loop at one
+    per worker for ``seconds``; the load report. ``ServiceError`` ("<what>: N of M ...")
+    when fewer than ``CALIBRATION_MIN_COMPLETED`` were answered."""
+    from ..errors import ServiceError
+    from ..load import LoadConfig, run_load
+
+    report = run_load(
+        LoadConfig(
+            url=stack.service.url.rstrip("/") + path,
+            concurrency=int(stack.config.workers),
+            duration=seconds,
+            input_pool=0,
+            timeout=10.0,
+            **request,
+        )
+    )
+    if report.completed < CALIBRATION_MIN_COMPLETED:
+        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
+        raise ServiceError(
+            f"{what}: {report.completed} of {report.sent} requests answered in "
+            f"{seconds:g} s (errors: {errors}); the service cannot serve"
+        )
+    return report
+
+
 def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
     """Measure the demo model's speed on this machine: the fault cases' completions
     (``LoadPlan``'s tokens, every prompt new so none is a cache hit) in a closed loop
@@ -219,28 +245,15 @@ def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, An
     ``completed`` and ``seconds``; ``_demo_rule_params(median_s=...)`` turns it into the
     SLA. A service that completes fewer than ``CALIBRATION_MIN_COMPLETED`` cannot be
     measured: ``ServiceError`` says what the client saw."""
-    from ..errors import ServiceError
-    from ..load import LoadConfig, run_load
-
     plan = LoadPlan()
-    report = run_load(
-        LoadConfig(
-            url=stack.service.url.rstrip("/") + "/v1/completions",
-            concurrency=stack.config.workers,
-            duration=seconds,
-            max_tokens=plan.max_tokens,
-            prompt_tokens=plan.prompt_tokens,
-            input_pool=0,
-            timeout=10.0,
-        )
+    report = _closed_loop(
+        stack,
+        "/v1/completions",
+        seconds,
+        "measuring the demo model's speed",
+        max_tokens=plan.max_tokens,
+        prompt_tokens=plan.prompt_tokens,
     )
-    if report.completed < CALIBRATION_MIN_COMPLETED:
-        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
-        raise ServiceError(
-            f"measuring the demo model's speed: {report.completed} of {report.sent} "
-            f"completions answered in {seconds:g} s (errors: {errors}); the service "
-            "cannot serve"
-        )
     return {
         "median_s": round(report.e2e.median_ms / 1000.0, 4),
         "completed": report.completed,
@@ -268,27 +281,16 @@ def calibrate_capacity(
     ``completion_s`` (a worker's time per validate completion: the SLA calibration's
     median, else the nominal figure), the figures ``_severity.surge_factor`` sizes a
     surge with. ``ServiceError`` when the service answers too few to measure."""
-    from ..errors import ServiceError
-    from ..load import LoadConfig, run_load
     from ._severity import DEMO_INFERENCE_S
 
     workers = int(stack.config.workers)
-    report = run_load(
-        LoadConfig(
-            url=stack.service.url.rstrip("/") + "/v1/embeddings",
-            concurrency=workers,
-            duration=seconds,
-            prompt_tokens=LoadPlan().prompt_tokens,
-            input_pool=0,
-            timeout=10.0,
-        )
+    report = _closed_loop(
+        stack,
+        "/v1/embeddings",
+        seconds,
+        "measuring the pool's capacity",
+        prompt_tokens=LoadPlan().prompt_tokens,
     )
-    if report.completed < CALIBRATION_MIN_COMPLETED:
-        errors = ", ".join(f"{k} x{v}" for k, v in sorted(report.errors.items())) or "none"
-        raise ServiceError(
-            f"measuring the pool's capacity: {report.completed} of {report.sent} "
-            f"embeddings answered in {seconds:g} s (errors: {errors})"
-        )
     median = (calibration or {}).get("median_s")
     return {
         "workers": workers,
