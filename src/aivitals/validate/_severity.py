@@ -562,7 +562,7 @@ def severity_params(
     today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
     if severity == "severe" or k.param is None:
         return today
-    if fault == "traffic_surge" and capacity is not None:
+    if fault == "traffic_surge":  # capacity None: the nominal pool, as the knob's own
         load = (k.bound or 1.0) * (1.0 if severity == "threshold" else 2.0)
         return {**today, "factor": surge_factor(load, capacity)}
     return {**today, **(k.threshold if severity == "threshold" else k.moderate)}
