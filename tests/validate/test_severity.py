@@ -19,6 +19,7 @@ from aivitals.tsdb import Store
 from aivitals.validate import SCENARIOS
 from aivitals.validate._severity import (
     SEVERITIES,
+    beyond_reach,
     knob,
     magnitude,
     reached,
@@ -677,3 +678,49 @@ def test_reached_a_surge_counts_what_arrived_less_the_cache_hits(surge: float, o
             "could not reach the threshold magnitude on this machine: achieved x0.84, "
             "asked x1.06 (offered load on the worker pool (x its measured capacity))"
         )
+
+
+def _packs() -> tuple[Any, Any]:
+    from aivitals.alerts import PackParams
+    from aivitals.demo import QUICK_RULES
+    from aivitals.validate._runner import _demo_rule_params
+
+    return PackParams(**{**QUICK_RULES, **_demo_rule_params()}), PackParams(**_demo_rule_params())
+
+
+def test_a_slow_leaks_bytes_are_beyond_its_alerts_reach_in_a_quick_phase() -> None:
+    quick, full = _packs()
+    for sev in ("threshold", "moderate"):
+        params = severity_params("gpu_memory_leak", sev, quick=True)
+        got = beyond_reach("gpu_memory_leak", sev, params, pack=quick, fault_s=60.0)
+        # 1 GiB over 10 s is 107 MB/s; the device's 90 % is 8.2 GB above the weights
+        assert set(got) == {"GPUProcessMemoryGrowth", "GPUMemoryHigh"}, got
+        assert "(107 MB/s)" in got["GPUProcessMemoryGrowth"]
+        assert "8.2 GB more than the weights" in got["GPUMemoryHigh"]
+    # severe is today's scenario: every expected alert is expected
+    severe = severity_params("gpu_memory_leak", "severe", quick=True)
+    assert beyond_reach("gpu_memory_leak", "severe", severe, pack=quick, fault_s=60.0) == {}
+    # full length, moderate (4 MB/s): 1 GiB over 30 m is 0.6 MB/s, and the device's 90 %
+    # is 34 minutes away, within a phase of 40 but not of 30
+    moderate = severity_params("gpu_memory_leak", "moderate", quick=False)
+    assert beyond_reach("gpu_memory_leak", "moderate", moderate, pack=full, fault_s=2400.0) == {}
+    assert set(
+        beyond_reach("gpu_memory_leak", "moderate", moderate, pack=full, fault_s=1800.0)
+    ) == {"GPUMemoryHigh"}
+    # other faults' alerts judge a rate or a share, which the sweep sizes them to cross
+    loss = severity_params("network_loss", "threshold", quick=True)
+    assert beyond_reach("network_loss", "threshold", loss, pack=quick, fault_s=60.0) == {}
+    with pytest.raises(ConfigError, match="unknown severity"):
+        beyond_reach("gpu_memory_leak", "mild", severe, pack=quick, fault_s=60.0)
+
+
+def test_an_alert_beyond_reach_is_neither_caught_nor_missed() -> None:
+    case = _case("gpu_memory_leak", "moderate", alerts={}, diag=27.0)
+    case["checks"].insert(0, {"name": "beyond_reach:GPUMemoryHigh", "ok": None, "text": ""})
+    got = summarize_sweep({"quick": True, "scenarios": [case]})
+    (row,) = got["cases"]
+    assert row["caught"] is True and row["beyond_reach"] == ["GPUMemoryHigh"]
+    assert row["first_alert_s"] is None and row["finding_s"] == 27.0
+    # the diagnosis must still name it
+    missed = _case("gpu_memory_leak", "moderate", alerts={}, diag=None)
+    assert summarize_sweep({"quick": True, "scenarios": [missed]})["cases"][0]["caught"] is False
