@@ -351,11 +351,17 @@ def plan_workload(
         raise ConfigError(f"utilization {utilization!r}: expected 0 < u <= 1")
     rng = random.Random(seed)
     base = url.rstrip("/")
+    # the pool's entry e has the lengths of trace row offset + 7919 e (as churned_requests')
+    offset = rng.randrange(len(trace))
     capacity: Capacity | None = None
     if rate is None:
-        # distinct prompts (another seed than the pool's): the cache cannot flatter the probe
+        # distinct prompts (another seed than the pool's): the cache cannot flatter the
+        # probe. Their lengths are those of the pool's 512 most asked entries, the mix the
+        # run sends: the trace's first 512 rows, probed until 2026-12-04, ask shorter
+        # prompts (mean 58 scaled tokens against 73 for the pool's entries and the whole
+        # trace), so the probe read more capacity than the run's mix has
         probe_rng = random.Random(seed + 1)
-        probe = _pick(trace, list(range(512)), _completion, probe_rng)
+        probe = _pick(trace, [offset + k * 7919 for k in range(512)], _completion, probe_rng)
         probe_emb = _pick(trace, list(range(512)), _embedding, probe_rng)
         capacity = measure_capacity(
             base + "/v1/completions",
@@ -387,7 +393,6 @@ def plan_workload(
     size = pool_size_for(hit_ratio, rate, cache_ttl, zipf_s)
     weights = _weights(size, zipf_s)
     # the pool's entries are spread over the trace, so popular prompts have any length
-    offset = rng.randrange(len(trace))
     ranks = [(offset + k * 7919) for k in zipf_ranks(weights, draws, rng)]
     completions = _pick(trace, ranks, _completion, rng)
     emb_size = pool_size_for(hit_ratio, embeddings_rate, cache_ttl, zipf_s)
