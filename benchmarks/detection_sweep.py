@@ -76,9 +76,11 @@ def table(summary: dict[str, Any]) -> list[str]:
         alert = "-" if c["first_alert_s"] is None else f"{c['first_alert_s']:.1f} s"
         finding = "-" if c["finding_s"] is None else f"{c['finding_s']:.0f} s"
         false = f"  false P0/P1: {', '.join(c['false_p0p1'])}" if c["false_p0p1"] else ""
+        beyond = c.get("beyond_reach") or []
+        out_of_reach = f"  out of reach: {', '.join(beyond)}" if beyond else ""
         out.append(
             f"{c['fault']:<24} {c['severity']:<10} {caught:<8} {alert:>9} {finding:>8}  "
-            f"{reached}{false}"
+            f"{reached}{false}{out_of_reach}"
         )
     return out
 

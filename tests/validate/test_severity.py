@@ -721,6 +721,8 @@ def test_an_alert_beyond_reach_is_neither_caught_nor_missed() -> None:
     (row,) = got["cases"]
     assert row["caught"] is True and row["beyond_reach"] == ["GPUMemoryHigh"]
     assert row["first_alert_s"] is None and row["finding_s"] == 27.0
+    (line,) = _benchmark().table(got)[1:]
+    assert line.endswith("yes  out of reach: GPUMemoryHigh"), line
     # the diagnosis must still name it
     missed = _case("gpu_memory_leak", "moderate", alerts={}, diag=None)
     assert summarize_sweep({"quick": True, "scenarios": [missed]})["cases"][0]["caught"] is False
