@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,22 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "recordings"
 HELDOUT = Path(__file__).parent.parent.parent / "benchmarks" / "recordings" / "HELDOUT.txt"
 
 
+def _diagnose_at(
+    rec: Any, store: Any, end: float, window: float, signatures: Sequence[Signature] | None
+) -> Any:
+    """The diagnosis the run asked at ``end``: its alerts and events up to then."""
+    return diagnose(
+        store,
+        end=end,
+        window=window,
+        step=rec.tick,
+        events=[e for e in rec.events if e.time <= end],
+        alerts=[a for a in rec.alerts if a.at <= end],
+        rate=rec.diagnosis_rate,
+        signatures=signatures,
+    )
+
+
 def _polls(
     run: str, name: str, signatures: Sequence[Signature] | None = None
 ) -> list[tuple[float, str]]:
@@ -38,16 +55,7 @@ def _polls(
     after = 5.0  # validate's quick fault_min, then a poll every 3 s
     while t_fault + after <= t_revert:
         end = t_fault + after
-        d = diagnose(
-            store,
-            end=end,
-            window=max(15.0, end - t_base),
-            step=rec.tick,
-            events=[e for e in rec.events if e.time <= end],
-            alerts=[a for a in rec.alerts if a.at <= end],
-            rate=rec.diagnosis_rate,
-            signatures=signatures,
-        )
+        d = _diagnose_at(rec, store, end, max(15.0, end - t_base), signatures)
         out.append((after, d.findings[0].signature if d.findings else "-"))
         after += 3.0
     return out
@@ -114,16 +122,7 @@ def _soak_polls(run: str, signatures: Sequence[Signature] | None = None) -> list
     store = rec.store()
     out = []
     for end, window in rec.polls:
-        d = diagnose(
-            store,
-            end=end,
-            window=window,
-            step=rec.tick,
-            events=[e for e in rec.events if e.time <= end],
-            alerts=[a for a in rec.alerts if a.at <= end],
-            rate=rec.diagnosis_rate,
-            signatures=signatures,
-        )
+        d = _diagnose_at(rec, store, end, window, signatures)
         out.append([f.signature for f in d.findings if f.confidence >= HIGH_CONFIDENCE])
     return out
 

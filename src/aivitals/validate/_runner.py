@@ -577,9 +577,9 @@ def _beyond_reach(stack: Any, c: Case, result: ScenarioResult, fault_s: float) -
         return {}
     from ._severity import beyond_reach
 
+    pack = stack.pack.params
     out: dict[str, str] = {}
     for f in c.faults:
-        pack = stack.pack.params
         out.update(beyond_reach(f, c.severity, result.params[f], pack=pack, fault_s=fault_s))
     return out
 
