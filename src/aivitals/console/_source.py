@@ -299,12 +299,35 @@ def _check_window(start: float, end: float) -> None:
         )
 
 
-def _run_diagnosis(backend: Any, start: float, end: float, alerts: list[Any], events: Any) -> Any:
-    from ..diagnose import diagnose
+def _run_diagnosis(
+    backend: Any, start: float, end: float, alerts: list[Any], events: Any, hold: float = 0.0
+) -> Any:
+    """The diagnosis of ``[start, end]``; with ``hold``, as a memory that had looked over
+    the hold period before ``end`` would give it (``look_back``)."""
+    from ..diagnose import diagnose, look_back
 
     span = end - start
     step = max(1.0, math.ceil(span / 600.0))
-    return diagnose(backend, end=end, window=span, step=step, alerts=alerts, events=events)
+
+    def at(t: float) -> Any:
+        return diagnose(backend, end=t, window=span, step=step, alerts=alerts, events=events)
+
+    return look_back(at, end, hold)
+
+
+def _memory() -> Any:
+    """The latest diagnosis's memory: the page's refreshes are successive looks at one
+    service, so a finding that led keeps leading until its evidence has been gone for the
+    hold period (two minutes: the sources the console reads run at the shipped time scale)."""
+    from ..diagnose import FindingMemory
+
+    return FindingMemory()
+
+
+def _hold() -> float:
+    from ..diagnose import hold_for
+
+    return hold_for()
 
 
 def _as_dict(d: Any) -> dict[str, Any]:
@@ -331,6 +354,7 @@ class AgentSource:
         self.tick = float(min(cfg.interval, cfg.scrape_interval) if cfg.scrape else cfg.interval)
         self._cache = _Cached(ttl=max(2.0, self.tick))
         self._rules: dict[str, dict[str, Any]] | None = None
+        self._memory = _memory()
 
     @property
     def backend(self) -> Any:
@@ -369,15 +393,34 @@ class AgentSource:
             provider = self.agent.diagnosis_provider
             if provider is not None:
                 return self._cache.get("latest", lambda: _as_dict(provider()))
-            end = time.time()
-            start = end - LATEST_WINDOW
+            now = time.time()
+            s = now - LATEST_WINDOW
+            return self._cache.get(
+                "latest",
+                lambda: _as_dict(
+                    self._memory.update(
+                        _run_diagnosis(
+                            self.agent.store,
+                            s,
+                            now,
+                            self.alert_objects(s, now),
+                            self.agent.events(s, now),
+                        )
+                    )
+                ),
+            )
         _check_window(start, end)
         s, e = start, end
         return self._cache.get(
             (round(s), round(e)),
             lambda: _as_dict(
                 _run_diagnosis(
-                    self.agent.store, s, e, self.alert_objects(s, e), self.agent.events(s, e)
+                    self.agent.store,
+                    s,
+                    e,
+                    self.alert_objects(s, e),
+                    self.agent.events(s, e),
+                    _hold(),
                 )
             ),
         )
@@ -419,6 +462,7 @@ class RemoteSource:
         self._http = httpx.Client(timeout=timeout)
         self._cache = _Cached(ttl=max(2.0, tick))
         self._rules: dict[str, dict[str, Any]] | None = None
+        self._memory = _memory()
 
     def close(self) -> None:
         self.backend.close()
@@ -480,12 +524,14 @@ class RemoteSource:
             return self._cache.get(
                 "latest",
                 lambda: _as_dict(
-                    _run_diagnosis(
-                        self.backend,
-                        now - LATEST_WINDOW,
-                        now,
-                        self.alert_objects(now - LATEST_WINDOW, now),
-                        (),
+                    self._memory.update(
+                        _run_diagnosis(
+                            self.backend,
+                            now - LATEST_WINDOW,
+                            now,
+                            self.alert_objects(now - LATEST_WINDOW, now),
+                            (),
+                        )
                     )
                 ),
             )
@@ -493,5 +539,7 @@ class RemoteSource:
         s, e = start, end
         return self._cache.get(
             (round(s), round(e)),
-            lambda: _as_dict(_run_diagnosis(self.backend, s, e, self.alert_objects(s, e), ())),
+            lambda: _as_dict(
+                _run_diagnosis(self.backend, s, e, self.alert_objects(s, e), (), _hold())
+            ),
         )

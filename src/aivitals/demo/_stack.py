@@ -338,6 +338,8 @@ class Stack:
         self.agent: Any = None
         self.engine: Any = None
         self.pack: Any = None
+        #: the live diagnosis's findings with memory (the agent's page, the demo's report)
+        self.memory: Any = None
         self.started_at = time.time()
         self._stopped = threading.Event()
         #: the stack's ledger (chaos ``RunDir``, kind "stack"): what it started, for cleanup
@@ -455,7 +457,8 @@ class Stack:
         self.agent = Agent(self._agent_config())
         self.engine = RuleEngine(self.agent.store, self.pack_groups())
         self.engine.attach(self.agent, default_interval=self.config.tick)
-        self.agent.set_diagnosis_provider(lambda: self.diagnose())
+        self.memory = self.finding_memory()
+        self.agent.set_diagnosis_provider(self.live_diagnosis)
         self.agent.start()
 
     def rule_pack(self) -> Any:
@@ -560,6 +563,26 @@ class Stack:
             events=self.agent.events(start=start) if self.agent is not None else (),
             rate=rate,
         )
+
+    def finding_memory(self) -> Any:
+        """A ``FindingMemory`` whose hold follows this stack's time scale (two rate windows:
+        16 s at quick runs' 8 s, two minutes at the shipped minute)."""
+        import promql_parser
+
+        from ..diagnose import FindingMemory, hold_for
+
+        rate = (
+            promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
+            if self.config.quick
+            else None
+        )
+        return FindingMemory(hold_for(rate))
+
+    def live_diagnosis(self) -> Any:
+        """The diagnosis now, through the stack's memory: successive looks keep a finding
+        that led until its evidence has been gone for the hold period."""
+        d = self.diagnose()
+        return d if self.memory is None else self.memory.update(d)
 
     def query(self, expr: str) -> list[Any]:
         """Instant query on the agent's store; [] when there is no agent or no data."""

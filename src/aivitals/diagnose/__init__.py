@@ -17,6 +17,7 @@ from __future__ import annotations
 from ._attach import attach
 from ._detector import DetectionResult, DetectorConfig, StreamingDetector, detect
 from ._engine import HIGH_CONFIDENCE, VITALS, diagnose
+from ._memory import HOLD_RATE_WINDOWS, FindingMemory, hold_for, look_back
 from ._model import (
     Diagnosis,
     Event,
@@ -34,6 +35,7 @@ from ._signatures import EventEvidence, Evidence, Signature, load_signatures, pa
 __all__ = [
     "DAY",
     "HIGH_CONFIDENCE",
+    "HOLD_RATE_WINDOWS",
     "VITALS",
     "Change",
     "ChangeRanking",
@@ -46,6 +48,7 @@ __all__ = [
     "Evidence",
     "EvidenceResult",
     "Finding",
+    "FindingMemory",
     "Shape",
     "SignalDeviation",
     "Signature",
@@ -55,7 +58,9 @@ __all__ = [
     "daily_report",
     "detect",
     "diagnose",
+    "hold_for",
     "load_signatures",
+    "look_back",
     "parse_signatures",
     "rank_changes",
 ]

@@ -12,7 +12,8 @@ import httpx
 from ..errors import BackendError, ConfigError
 from ..tsdb import DEFAULT_AGENT, Backend, PrometheusBackend, Store, parse_duration, parse_time
 from ._engine import diagnose as run_diagnosis
-from ._model import Event
+from ._memory import LOOKS, look_back
+from ._model import Diagnosis, Event
 from ._report import daily_report
 
 __all__ = ["diagnose", "report", "snapshot"]
@@ -101,6 +102,13 @@ def _emit(text: str, out: str | None) -> None:
     help="End of the window: epoch seconds, now, now-5m.",
 )
 @click.option("--step", default=None, help="Resolution of the range queries (default window/600).")
+@click.option(
+    "--hold",
+    default="2m",
+    show_default=True,
+    help="Hold the finding that led over this period before the window's end "
+    "(looks 4 more times across it, as a live agent would have; 0 looks once).",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True)
 @click.option("--out", metavar="FILE", help="Write the report to FILE instead of stdout.")
 def diagnose(
@@ -114,10 +122,14 @@ def diagnose(
     budget: str,
     at: str,
     step: str | None,
+    hold: str,
     fmt: str,
     out: str | None,
 ) -> None:
     """Name the failing layer and root cause, with evidence, a timeline and next commands."""
+    held = parse_duration("--hold", hold)
+    if held < 0:
+        raise ConfigError(f"--hold must be 0 or positive, got {hold!r}")
     win = parse_duration("--window", window)
     if win <= 0:
         raise ConfigError(f"--window must be positive, got {window!r}")
@@ -131,16 +143,21 @@ def diagnose(
         end = _snapshot_end(backend, end)
     remote = prometheus or victoriametrics or snapshot
     events = _agent_alerts(agent or DEFAULT_AGENT) if not remote else []
-    d = run_diagnosis(
-        backend,
-        end=end,
-        window=win,
-        step=parse_duration("--step", step) if step else None,
-        events=events,
-        location=None if location.lower() == "none" else location,
-        budget=total,
-        dialect="metricsql" if victoriametrics else "promql",
-    )
+    looks = 1 + (LOOKS if held > 0 else 0)
+
+    def at_time(t: float) -> Diagnosis:
+        return run_diagnosis(
+            backend,
+            end=t,
+            window=win,
+            step=parse_duration("--step", step) if step else None,
+            events=events,
+            location=None if location.lower() == "none" else location,
+            budget=total / looks,  # --budget bounds all the looks together
+            dialect="metricsql" if victoriametrics else "promql",
+        )
+
+    d = look_back(at_time, end, held)
     text = {
         "terminal": d.to_terminal,
         "markdown": d.to_markdown,

@@ -118,6 +118,11 @@ class Finding:
     where: Mapping[str, str] = field(default_factory=dict)
     scope: str = "local"
     nodes: Sequence[str] = ()
+    #: Set by ``FindingMemory`` on the finding it holds first: when it took the lead, when
+    #: its evidence last held, and since when its evidence could not be looked at.
+    held_since: float | None = None
+    evidence_seen: float | None = None
+    evidence_unseen_since: float | None = None
 
     @property
     def held(self) -> list[EvidenceResult]:

@@ -24,6 +24,19 @@ def _t(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S")
 
 
+def held_text(f: Finding) -> str:
+    """ "held since 12:04:10, evidence last seen 12:04:31" for a finding a memory holds;
+    "" for any other."""
+    if f.held_since is None:
+        return ""
+    text = f"held since {_t(f.held_since)}"
+    if f.evidence_unseen_since is not None:
+        return text + f", evidence unseen since {_t(f.evidence_unseen_since)} (queries failed)"
+    if f.evidence_seen is not None:
+        text += f", evidence last seen {_t(f.evidence_seen)}"
+    return text
+
+
 def _v(value: float) -> str:
     return f"{value:.4g}"
 
@@ -109,6 +122,8 @@ def _md_finding(write: Callable[[str], object], i: int, f: Finding) -> None:
         f"layer **{f.layer}**, signature `{f.signature}`, confidence **{f.confidence:.2f}**, "
         f"first deviation {_t(f.first_deviation)}\n\n"
     )
+    if f.held_since is not None:
+        write(f"{held_text(f)}\n\n")
     if f.where or f.scope == "fleet":
         write(f"where: {_where(f)}\n\n")
     if f.summary:
@@ -144,6 +159,8 @@ def to_terminal(d: Diagnosis, *, width: int = 110) -> str:
             f"\n[bold {colour}]{i}. {f.title}[/]  layer={f.layer} "
             f"confidence={f.confidence:.2f} since {_t(f.first_deviation)}"
         )
+        if f.held_since is not None:
+            console.print(f"   {held_text(f)}", markup=False, highlight=False)
         if f.where or f.scope == "fleet":
             console.print(f"   where: {_where(f)}", markup=False, highlight=False)
         table = Table(show_header=False, box=None, padding=(0, 1))
@@ -205,6 +222,8 @@ def to_html(d: Diagnosis) -> str:
             f"<code>{e(f.signature)}</code>, <span class='conf'>confidence "
             f"{f.confidence:.2f}</span>, first deviation {_t(f.first_deviation)}</p>"
         )
+        if f.held_since is not None:
+            parts.append(f"<p class='held'>{e(held_text(f))}</p>")
         if f.where or f.scope == "fleet":
             parts.append(f"<p>where: {e(_where(f))}</p>")
         parts.append("<table><tr><th></th><th>role</th><th>evidence</th><th>values</th></tr>")

@@ -20,6 +20,7 @@ from ._cases import PAIRS, Case
 from ._config import ValidateConfig
 from ._lock import RunLock, default_lock_path
 from ._record import Recording, load_recordings, save_recording
+from ._replay import Replay, ReplayedPoll, count_flips, replay, replayable
 from ._report import Check, Report, ScenarioResult
 from ._runner import LOG_FIELDS, run_validate
 from ._scenarios import SCENARIOS, Scenario, hostable
@@ -34,17 +35,22 @@ __all__ = [
     "Case",
     "Check",
     "Recording",
+    "Replay",
+    "ReplayedPoll",
     "Report",
     "RunLock",
     "Scenario",
     "ScenarioResult",
     "SoakReport",
     "ValidateConfig",
+    "count_flips",
     "default_lock_path",
     "hostable",
     "load_recordings",
     "parse_soak_duration",
     "reached",
+    "replay",
+    "replayable",
     "run_soak",
     "run_validate",
     "save_recording",

@@ -194,9 +194,11 @@ class Recording:
 
     @property
     def polls(self) -> tuple[tuple[float, float], ...]:
-        """``(end, window)`` of each diagnosis a soak asked (its label's ``polls``); else ().
+        """``(end, window)`` of each diagnosis validate asked (its label's ``polls``: a
+        soak's, and a fault case's since validate keeps them); else ().
 
-        A soak is judged healthy at every poll, so its recording is judged there too.
+        A soak is judged healthy at every poll and a fault named on every poll after the
+        first, so a recording is judged at those same polls.
         """
         return tuple((float(e), float(w)) for e, w in _polls(self.label))
 
@@ -451,7 +453,7 @@ def _diagnosis_window(label: Mapping[str, Any], end: float) -> tuple[float, floa
 
 
 def _polls(label: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """The label's ``polls`` (``[end, window]`` pairs, a soak's), malformed ones skipped."""
+    """The label's ``polls`` (``[end, window]`` pairs), malformed ones skipped."""
     got = label.get("polls")
     if not isinstance(got, list):
         return []

@@ -455,6 +455,14 @@ def _record(
     }
     least, rate = diagnosis_settings(config.quick)
     label["diagnosis"] = {"min_window_s": least, "rate_s": rate}
+    polls = _poll_offsets(result)
+    if polls and result.t_fault is not None:
+        # the times validate asked, so a replay asks at the same ones (not the nominal
+        # period: each live poll waits for the one before it)
+        label["polls"] = [
+            [result.t_fault + after, max(least, result.t_fault + after - result.t_baseline)]
+            for after in polls
+        ]
     start, end = result.t_baseline, result.ended_at or time.time()
     try:
         path = save_stack_window(stack, config.record, label, start=start, end=end)
@@ -462,6 +470,15 @@ def _record(
         echo(result.add(Check("recorded", False, f"recording failed: {exc}")).line())
         return
     echo(result.add(Check("recorded", None, f"recorded to {path}", {"path": str(path)})).line())
+
+
+def _poll_offsets(result: ScenarioResult) -> list[float]:
+    """Seconds after the fault of each diagnosis poll the case made (its diagnosis check's)."""
+    for check in result.checks:
+        if check.name == "diagnosis" and isinstance(check.data, dict):
+            polls = check.data.get("polls") or []
+            return [float(p["after_s"]) for p in polls if isinstance(p, dict) and "after_s" in p]
+    return []
 
 
 def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
@@ -775,8 +792,10 @@ class Poll:
 class _Watched:
     fired: dict[str, float] = field(default_factory=dict)
     polls: list[Poll] = field(default_factory=list)
-    #: the last diagnosis (or the exception it raised)
+    #: the last diagnosis (or the exception it raised), as the case's memory holds it
     diagnosis: Any = None
+    #: the case's findings with memory: its polls are successive looks at one incident
+    memory: Any = None
 
     @property
     def first_match(self) -> int | None:
@@ -826,7 +845,9 @@ def _watch(
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
     """
-    w = _Watched()
+    from ..diagnose import FindingMemory, hold_for
+
+    w = _Watched(memory=FindingMemory(hold_for(diagnosis_settings(config.quick)[1])))
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
     while time.time() < deadline:
@@ -854,6 +875,8 @@ def _poll(
     from ..diagnose import HIGH_CONFIDENCE
 
     w.diagnosis = _safe_diagnose(stack, t_base, now)
+    if w.memory is not None and not isinstance(w.diagnosis, Exception):
+        w.diagnosis = w.memory.update(w.diagnosis)
     if expect.unknown:
         matched, named = _generic_matches(stack, expect, t_base, t_fault, now)
     else:

@@ -567,7 +567,13 @@ def _multiplier_window(plan: SoakPlan) -> float:
 
 
 def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
+    from ..diagnose import FindingMemory, hold_for
+    from ._runner import diagnosis_settings
+
     polls = plan.poll_times()
+    # the polls are successive looks at one service: a finding held across them is
+    # judged as held, as an operator watching the agent would read it
+    memory = FindingMemory(hold_for(diagnosis_settings(plan.quick)[1]))
     # from the soak's start: the counters also hold the warm-up's requests
     sent: list[tuple[float, int]] = [(load.seconds, _completions_sent(load))]
     reload = _Reload(plan.reload_at)
@@ -584,7 +590,7 @@ def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo)
             reload.step(stack, now, report, echo)
             if polls and now >= polls[0]:
                 polls.pop(0)
-                _poll(stack, load, plan, report, echo)
+                _poll(stack, load, plan, report, echo, memory)
             if now - last_status >= 60.0:
                 last_status = now
                 echo(_status(load, now))
@@ -707,8 +713,11 @@ def _load_times(stack: Any) -> dict[str, float]:
     }
 
 
-def _poll(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
-    """Ask the diagnosis over the last ``plan.window`` seconds (never before the warm-up)."""
+def _poll(
+    stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo, memory: Any = None
+) -> None:
+    """Ask the diagnosis over the last ``plan.window`` seconds (never before the warm-up),
+    through the soak's ``memory`` (a ``FindingMemory``) when given."""
     from ..diagnose import HIGH_CONFIDENCE
 
     now = time.time()
@@ -716,6 +725,8 @@ def _poll(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo)
     window = min(plan.window, at + plan.warm_up)
     try:
         d = stack.diagnose(window=window, end=now)
+        if memory is not None:
+            d = memory.update(d)
     except Exception as exc:  # a broken diagnosis is an unhealthy poll, said so
         poll = PollResult(at, window, False, "error", error=f"{type(exc).__name__}: {exc}")
     else:
