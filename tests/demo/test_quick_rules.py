@@ -14,7 +14,7 @@ from aivitals.validate._record import load_recording
 from tests._paths import FIXTURES, REPO
 
 #: A quick event_loop_blocked case at 0.3 s a request (the loop past its capacity),
-#: recorded with the code of ba76008, whose idle share was averaged over 4 s.
+#: recorded while quick runs averaged the idle share over 4 s.
 BLOCKED_LOOP = FIXTURES / "recordings" / "ci11" / "event_loop_blocked.json"
 
 
@@ -49,8 +49,8 @@ def test_a_blocked_loops_bursts_do_not_restart_the_idle_alerts_for() -> None:
     assert "[8s]" in rule.expr and QUICK_RULES["idle_window"] == "8s"
     fired = _first_fire(rule)
     assert fired is not None and fired <= 10.0, fired
-    # the 4 samples quick runs averaged before: the same data restarts its for: until
-    # 15 s in (CI's 25 s deadline was missed this way at ba76008)
+    # over 4 samples the same data restarts its for: until 15 s in, too close to
+    # validate's 25 s deadline
     old = _first_fire(_alert({**QUICK_RULES, "idle_window": "4s"}, "LatencyHighWorkersIdle"))
     assert old is None or old >= fired + 5.0, (old, fired)
 
@@ -101,8 +101,8 @@ def test_a_healthy_burst_does_not_saturate_quick_runs_pool_and_a_stuck_pool_does
         PackParams(saturation_window="20s")
 
 
-#: The clean-clone CI soak at 90740c5 (5 minutes, compressed): CacheHitRatioDrop paged P1
-#: at 267 s for one evaluation (1 hit in 14 lookups of a 4 s window, a healthy Zipf
+#: A 5-minute compressed soak whose CacheHitRatioDrop paged P1 at 267 s for one
+#: evaluation of a 1 s ``for:`` (1 hit in 14 lookups of a 4 s window, a healthy Zipf
 #: cache at x1.4 of the trace's rate).
 CI_SOAK = FIXTURES / "recordings" / "ci90740" / "soak-300s-quick.json"
 #: A quick cache_stampede at the sweep's at-threshold severity (the corpus' tuning half):

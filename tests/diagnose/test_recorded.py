@@ -99,7 +99,7 @@ def _with_evidence(sig_id: str, old: str, new: str, **changes: object) -> list[S
 
 def test_a_gpu_leak_at_twice_the_bound_is_named_within_its_quick_phase() -> None:
     # a quick sweep's moderate gpu_memory_leak (3.6 MB/s on a process holding 15 GB of
-    # weights; 2026-12-04): the leak is named 27 s in and on every poll after
+    # weights): the leak is named 27 s in and on every poll after
     polls = _polls("s26", "leak-moderate")
     named = [after for after, top in polls if top == "gpu_memory_leak"]
     assert named and named[0] <= 35.0, polls
@@ -162,13 +162,13 @@ _INPUT_LENGTH_SHIFT_BEFORE = """
 
 
 def test_a_soak_is_healthy_at_every_poll_with_the_per_model_input_median() -> None:
-    # CI's 5-minute soak at 1ba0282: at 140 s the completions' long inputs took more of a
-    # 15 s window than the embeddings' short ones, and the median of both together went
-    # 30 -> 66 tokens (x2.2 of its 4 minutes before); the completions' own median swung
-    # 32-86 through the soak, and the embeddings' stayed at ~25
+    # a healthy 5-minute compressed soak: at 140 s the completions' long inputs took more
+    # of a 15 s window than the embeddings' short ones, and the median of both together
+    # went 30 -> 66 tokens (x2.2 of its 4 minutes before); the completions' own median
+    # swung 32-86 through the soak, and the embeddings' stayed at ~25
     polls = _soak_polls("s26")
     assert len(polls) == 27 and not any(polls), polls
-    # input_length_shift as it was until 2026-12-04: the median of both models together
+    # input_length_shift on the median of both models together names a shift there
     (before,) = parse_signatures(_INPUT_LENGTH_SHIFT_BEFORE)
     both = [before if s.id == before.id else s for s in load_signatures()]
     assert any("input_length_shift" in p for p in _soak_polls("s26", both))
@@ -176,7 +176,7 @@ def test_a_soak_is_healthy_at_every_poll_with_the_per_model_input_median() -> No
 
 def test_a_healthy_soak_never_reads_as_a_gpu_leak() -> None:
     # the sim's requests reserve KV memory and free it: the process's memory swings by
-    # 140-225 MB over a soak, but the least it holds over a rate window never rose above
-    # its 15-minute least, in this soak or CI's at 90740c5
+    # 140-225 MB over a soak, but the least it holds over a rate window never rises above
+    # its 15-minute least, in either recorded soak
     for run in ("s26", "ci90740"):
         assert not any("gpu_memory_leak" in p for p in _soak_polls(run))
