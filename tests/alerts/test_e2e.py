@@ -155,7 +155,7 @@ def test_an_xid_reaches_the_webhook_through_prometheus_and_alertmanager(tmp_path
                 assert "GPUXidError" in result.output and "firing" in result.output
                 # Compare once enough evaluations are comparable (>= 20 over >= 3 groups).
                 # A mismatch fails at once; only the amount of evidence is waited for: on a
-                # loaded 2-core CI machine 2 s gave 14 over 2 groups (CI at 6fc0016).
+                # loaded 2-core machine 2 s can give only 14 over 2 groups.
                 deadline = time.monotonic() + 40
                 while True:
                     time.sleep(2)

@@ -229,9 +229,9 @@ def test_markup_in_alerts_shows_as_text(browser: Any) -> None:
             20,
             "not collected on an agent without those series",
         )
-        # Judged while the agent still serves. Leaving the block at once stopped it while
-        # the overview's range requests were still queued on kept-alive connections, and
-        # they met the agent's 503 "the agent has stopped" (clean-clone CI at 39c3733).
+        # Judged while the agent still serves. Leaving the block at once would stop it
+        # while the overview's range requests are still queued on kept-alive connections,
+        # and they would meet the agent's 503 "the agent has stopped".
         _wait_for_requests_to_settle(browser)
         assert problems(browser) == []
         browser.get("about:blank")  # nothing left polling the agent that is about to stop

@@ -53,8 +53,8 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path: Path) -> None:
     try:
         ports = _wait_for_urls(out, proc)
         # Ctrl-C once the replay runs: pressed during start-up (the capacity probe, the
-        # streams starting) the demo missed it three times in full-suite CI runs, a bug
-        # whose cause is not found yet (issue #14's closing note)
+        # streams starting) the demo can miss it under a loaded full suite, a bug whose
+        # cause is not found yet (issue #14's closing note)
         _wait_for_text(out, proc, "replaying at")
         time.sleep(3)  # let load and the live view run
         family = psutil.Process(proc.pid).children(recursive=True)

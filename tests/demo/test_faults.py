@@ -96,8 +96,8 @@ def test_a_planned_reload_swaps_warm_models_while_requests_are_served(tmp_path: 
         models = DemoModels.load(DemoConfig())
         # What is under test is that a planned reload never takes readiness away (the
         # model stays loaded and warm, the probe keeps being answered), not how fast a
-        # probe runs beside a model load on a shared 2-core machine: CI at 25ed71e saw
-        # the 1 s probe timeout passed there. A hung pool still fails a 30 s probe.
+        # probe runs beside a model load on a shared 2-core machine, where a 1 s probe
+        # timeout can pass. A hung pool still fails a 30 s probe.
         app = app_with_chaos(models, tmp_path, probe_timeout=30.0)
         async with client_for(app) as c:
             assert (await wait_status(c, "/readyz", 200, 20)).status_code == 200

@@ -14,8 +14,8 @@ from aivitals.validate._record import load_recording
 from tests._paths import FIXTURES, REPO
 
 #: A quick event_loop_blocked case at 0.3 s a request (the loop past its capacity),
-#: recorded with the code of ba76008, whose idle share was averaged over 4 s.
-BLOCKED_LOOP = FIXTURES / "recordings" / "ci11" / "event_loop_blocked.json"
+#: recorded while quick runs averaged the idle share over 4 s.
+BLOCKED_LOOP = FIXTURES / "recordings" / "event-loop-blocked-quick" / "event_loop_blocked.json"
 
 
 def _alert(params: dict[str, Any], name: str) -> AlertingRule:
@@ -49,8 +49,8 @@ def test_a_blocked_loops_bursts_do_not_restart_the_idle_alerts_for() -> None:
     assert "[8s]" in rule.expr and QUICK_RULES["idle_window"] == "8s"
     fired = _first_fire(rule)
     assert fired is not None and fired <= 10.0, fired
-    # the 4 samples quick runs averaged before: the same data restarts its for: until
-    # 15 s in (CI's 25 s deadline was missed this way at ba76008)
+    # over 4 samples the same data restarts its for: until 15 s in, too close to
+    # validate's 25 s deadline
     old = _first_fire(_alert({**QUICK_RULES, "idle_window": "4s"}, "LatencyHighWorkersIdle"))
     assert old is None or old >= fired + 5.0, (old, fired)
 
@@ -101,10 +101,10 @@ def test_a_healthy_burst_does_not_saturate_quick_runs_pool_and_a_stuck_pool_does
         PackParams(saturation_window="20s")
 
 
-#: The clean-clone CI soak at 90740c5 (5 minutes, compressed): CacheHitRatioDrop paged P1
-#: at 267 s for one evaluation (1 hit in 14 lookups of a 4 s window, a healthy Zipf
+#: A 5-minute compressed soak whose CacheHitRatioDrop paged P1 at 267 s for one
+#: evaluation of a 1 s ``for:`` (1 hit in 14 lookups of a 4 s window, a healthy Zipf
 #: cache at x1.4 of the trace's rate).
-CI_SOAK = FIXTURES / "recordings" / "ci90740" / "soak-300s-quick.json"
+BLIP_SOAK = FIXTURES / "recordings" / "soak-quick-cache-blip" / "soak-300s-quick.json"
 #: A quick cache_stampede at the sweep's at-threshold severity (the corpus' tuning half):
 #: the shortest run of the stampede's condition among the recorded severities.
 STAMPEDE = REPO / "benchmarks" / "recordings" / "cache_stampede@threshold.json"
@@ -141,11 +141,11 @@ def test_the_cache_drop_holds_a_whole_window_in_quick_runs_so_a_healthy_soak_sta
     old, new = _quick_cache_rule(floors=False), _quick_cache_rule(floors=True)
     assert (old.for_, new.for_) == (1.0, 4.0)  # 1m / 60; the 4 s short window
     assert "[4s]" in str(default_pack(**QUICK_RULES).text) and QUICK_RULES["short_window"] == "4s"
-    soak = load_recording(CI_SOAK)
+    soak = load_recording(BLIP_SOAK)
     t0 = float(soak.start)
     span = (float(soak.label["t_baseline"]) - t0, float(soak.end) - t0)
-    assert _fires(old, CI_SOAK, *span), "the CI soak's blip no longer pages the old for: 1s"
-    assert _fires(new, CI_SOAK, *span) == []
+    assert _fires(old, BLIP_SOAK, *span), "the soak's blip no longer pages the old for: 1s"
+    assert _fires(new, BLIP_SOAK, *span) == []
     stampede = load_recording(STAMPEDE)
     fault = float(stampede.label["t_fault"]) - float(stampede.start)
     revert = float(stampede.label["t_revert"]) - float(stampede.start)

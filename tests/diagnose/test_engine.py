@@ -165,8 +165,8 @@ def test_loopback_traffic_does_not_hide_packet_loss() -> None:
 
 
 def test_loss_in_a_proxys_namespace_is_read_there_not_diluted_by_the_hosts_acks() -> None:
-    # full-length validate run 11: the fault's proxy resends its answers in its own
-    # namespace; the host sends mostly ACKs of them (3.7 % resent of its link's segments).
+    # at full length the fault's proxy resends its answers in its own namespace; the host
+    # sends mostly ACKs of them (3.7 % resent of its link's segments).
     # The namespace's counters (HostCollector netns=) are judged on their own
     sc = corpus.scenario("network_loss", seed=3, duration=DURATION)
     store = Store(retention=7200)
@@ -322,8 +322,8 @@ def _high(d: Any) -> set[str]:
 
 
 def test_a_scrape_that_fails_now_and_then_is_not_a_service_down() -> None:
-    # a loop blocked by sync work misses a scrape now and then (validate --quick in CI at
-    # 386c9fa: two failed 1 s scrapes named service_down over event_loop_blocked)
+    # a loop blocked by sync work misses a scrape now and then (two failed 1 s scrapes in
+    # a quick run would name service_down over event_loop_blocked)
     def flicker(s: Any, n: int) -> None:  # one scrape in five fails over the last 2 minutes
         k = np.arange(n)
         s.up = np.where((k >= n - 120) & (k % 5 == 0), 0.0, 1.0)
@@ -590,7 +590,7 @@ def test_a_two_minute_swing_of_input_length_is_not_a_shift() -> None:
 
 
 def test_long_inputs_that_run_the_gpu_out_of_memory_are_gpu_oom_not_a_length_shift() -> None:
-    # gpu_oom's over-long client raises the median input too (CI at bb06d06 ranked
+    # gpu_oom's over-long client raises the median input too (enough to rank
     # input_length_shift 0.90 over gpu_oom 0.73): the OOMs name the sharper cause
     sc = corpus.scenario("gpu_oom", seed=1, duration=DURATION)
     late = np.arange(sc.state.n) >= sc.state.n - 180
@@ -603,9 +603,9 @@ def test_long_inputs_that_run_the_gpu_out_of_memory_are_gpu_oom_not_a_length_shi
 
 
 def test_a_saturated_disk_whose_requests_take_more_cpu_is_disk_io_not_preprocessing() -> None:
-    # CI's quick run at d625a60: while fio saturated the disk, the server's CPU time per
-    # request rose by half, the sim GPU idled and P99 rose (all of cpu_bound_preprocessing's
-    # required items): it ranked 0.75 over disk_io_saturation 0.74
+    # while fio saturates the disk, the server's CPU time per request rises by half, the
+    # sim GPU idles and P99 rises (all of cpu_bound_preprocessing's required items): enough
+    # to rank it 0.75 over disk_io_saturation 0.74
     sc = corpus.scenario("disk_io_saturation", seed=2, duration=DURATION)
     late = np.arange(sc.state.n) >= sc.state.n - 180
     sc.state.proc_cpu = sc.state.proc_cpu * np.where(late, 1.8, 1.0)

@@ -68,7 +68,11 @@ def test_the_fixtures_are_tuning_recordings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("run", "name"), [("run8", "timeouts_not_aborting"), ("sweep8", "traffic_surge@moderate")]
+    ("run", "name"),
+    [
+        ("timeouts-not-aborting-flip", "timeouts_not_aborting"),
+        ("traffic-surge-moderate-flip", "traffic_surge@moderate"),
+    ],
 )
 def test_once_named_the_fault_stays_named(run: str, name: str) -> None:
     polls = _polls(run, name)
@@ -99,8 +103,8 @@ def _with_evidence(sig_id: str, old: str, new: str, **changes: object) -> list[S
 
 def test_a_gpu_leak_at_twice_the_bound_is_named_within_its_quick_phase() -> None:
     # a quick sweep's moderate gpu_memory_leak (3.6 MB/s on a process holding 15 GB of
-    # weights; 2026-12-04): the leak is named 27 s in and on every poll after
-    polls = _polls("s26", "leak-moderate")
+    # weights): the leak is named 27 s in and on every poll after
+    polls = _polls("gpu-leak-moderate-quick", "leak-moderate")
     named = [after for after, top in polls if top == "gpu_memory_leak"]
     assert named and named[0] <= 35.0, polls
     assert all(top == "gpu_memory_leak" for after, top in polls if after >= named[0]), polls
@@ -112,7 +116,10 @@ def test_a_gpu_leak_at_twice_the_bound_is_named_within_its_quick_phase() -> None
         "gpu_process_memory_used_bytes",
         deviation="up",
     )
-    assert all(top != "gpu_memory_leak" for _, top in _polls("s26", "leak-moderate", level))
+    assert all(
+        top != "gpu_memory_leak"
+        for _, top in _polls("gpu-leak-moderate-quick", "leak-moderate", level)
+    )
 
 
 def _soak_polls(run: str, signatures: Sequence[Signature] | None = None) -> list[list[str]]:
@@ -162,21 +169,21 @@ _INPUT_LENGTH_SHIFT_BEFORE = """
 
 
 def test_a_soak_is_healthy_at_every_poll_with_the_per_model_input_median() -> None:
-    # CI's 5-minute soak at 1ba0282: at 140 s the completions' long inputs took more of a
-    # 15 s window than the embeddings' short ones, and the median of both together went
-    # 30 -> 66 tokens (x2.2 of its 4 minutes before); the completions' own median swung
-    # 32-86 through the soak, and the embeddings' stayed at ~25
-    polls = _soak_polls("s26")
+    # a healthy 5-minute compressed soak: at 140 s the completions' long inputs took more
+    # of a 15 s window than the embeddings' short ones, and the median of both together
+    # went 30 -> 66 tokens (x2.2 of its 4 minutes before); the completions' own median
+    # swung 32-86 through the soak, and the embeddings' stayed at ~25
+    polls = _soak_polls("soak-quick-healthy")
     assert len(polls) == 27 and not any(polls), polls
-    # input_length_shift as it was until 2026-12-04: the median of both models together
+    # input_length_shift on the median of both models together names a shift there
     (before,) = parse_signatures(_INPUT_LENGTH_SHIFT_BEFORE)
     both = [before if s.id == before.id else s for s in load_signatures()]
-    assert any("input_length_shift" in p for p in _soak_polls("s26", both))
+    assert any("input_length_shift" in p for p in _soak_polls("soak-quick-healthy", both))
 
 
 def test_a_healthy_soak_never_reads_as_a_gpu_leak() -> None:
     # the sim's requests reserve KV memory and free it: the process's memory swings by
-    # 140-225 MB over a soak, but the least it holds over a rate window never rose above
-    # its 15-minute least, in this soak or CI's at 90740c5
-    for run in ("s26", "ci90740"):
+    # 140-225 MB over a soak, but the least it holds over a rate window never rises above
+    # its 15-minute least, in either recorded soak
+    for run in ("soak-quick-healthy", "soak-quick-cache-blip"):
         assert not any("gpu_memory_leak" in p for p in _soak_polls(run))

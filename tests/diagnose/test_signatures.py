@@ -246,7 +246,7 @@ def test_a_small_pool_sampled_busy_in_its_baseline_still_shows_its_saturation() 
     """Two workers at 0.2 s an inference are busy about 30 % of the time, but a scrape
     samples them at 0, 1 or 2: the instant gauge's baseline spans 0-1 and hides the rise
     to 1.0 that the busy-time counter shows plainly (validate's worker_pool_saturated
-    after event_loop_blocked, CI 2026-12-02)."""
+    case right after event_loop_blocked)."""
     from aivitals.diagnose import diagnose
     from aivitals.tsdb import Store
 
@@ -373,7 +373,7 @@ def test_memory_that_ran_out_is_an_oom_not_kv_cache_pressure() -> None:
 def test_a_busy_gpu_whose_gauge_dips_between_generations_has_no_room_for_a_qps_cap() -> None:
     """429s with a GPU that has room is a QPS cap in the wrong place; a GPU busy 60 % of the
     time, its gauge dipping to 0 between generations, has no such room (timeouts that do
-    not abort, CI 2026-12-02)."""
+    not abort)."""
     from aivitals.diagnose import diagnose
     from aivitals.tsdb import Store
 

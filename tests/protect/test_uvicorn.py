@@ -79,7 +79,7 @@ def raw_post(port: int, body: bytes, *, declared: int | None = None) -> socket.s
 
 def _rest_of_response(sock: socket.socket, got: bytes) -> bytes:
     """``got`` read on to the end of the body its head declares: the head and the body
-    can come in two segments (one read saw only the head in a clean-clone CI run)."""
+    can come in two segments (on a loaded machine one read can return only the head)."""
     while b"\r\n\r\n" not in got and (chunk := sock.recv(4096)):
         got += chunk
     head, _, body = got.partition(b"\r\n\r\n")

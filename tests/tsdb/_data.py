@@ -7,7 +7,7 @@ import math
 import random
 from collections.abc import Iterator
 
-T0 = 1_700_000_000  # a fixed start, 2023-11-14; Prometheus backfills it as old blocks
+T0 = 1_700_000_000  # a fixed start, years back: Prometheus backfills it as old blocks
 STEP = 15
 HOURS = 3
 END = T0 + HOURS * 3600

@@ -42,7 +42,7 @@ async def _send(app: Any, specs: Any) -> list[Any]:
 
 def test_every_impatient_request_reaches_the_model_even_when_it_fits(demo_models: Any) -> None:
     """A machine fast enough to finish one inside its deadline must not turn the rest
-    into cache hits (CI 2026-12-01: the fixed prompt was cached, no deadline passed)."""
+    into cache hits (a fixed prompt is cached, and then no deadline passes)."""
     plan = LoadPlan(impatient_tokens=4, impatient_deadline_s=30.0, impatient_pool=4)
     app = make_app(demo_models)  # the response cache on, as in validate's stack
     answers = asyncio.run(_send(app, impatient_requests(plan, random.Random(0)) * 2))

@@ -3,20 +3,15 @@ service and the agent, injecting faults through aivitals.chaos and checking
 alerts, diagnosis, logs and resolve.
 
 CI runs every scenario this machine can host, and the validated pairs, once, with
-validate's strict checks (docs/validate-report.md has the latest complete runs), no
-retry, and a miss of any of them fails CI: the clients' impact, logs, revert, resolve, an
-error-free run and nothing left behind; since 2026-12-01 every expected alert firing
-within its deadline (the last misses, two alerts that held but not for their whole
-compressed ``for:`` in the CI run at f74577e, were fixed in 25ef122); since 2026-12-02 no
-paging alert the fault table does not list (none in runs 18-21 of docs/validate-report.md,
-nor in the 23 severe cases of that day's sweep); and since 2026-12-04 the diagnosis
-(named first at the end of the fault phase and on every poll after it first did), after
-runs 30-36 passed it in 25 of 25 cases each (runs 16-29: 22-25 of 25, each miss's cause
-fixed since). Every case is recorded
-(``--record`` under the test's temp dir) so that a measured miss can be replayed
-afterwards. The run is also accounted for:
-it leaves the machine's processes, network namespaces, nft tables and temp dirs as they
-were.
+validate's strict checks and no retry, and a miss of any of them fails CI: the clients'
+impact, every expected alert firing within its deadline, no paging alert the fault table
+does not list, the diagnosis (named first at the end of the fault phase and on every poll
+after it first did), logs, revert, resolve, an error-free run and nothing left behind
+(benchmarks/results/runs/validate-report.md lists the outcome of every run; how each check
+came to be enforced is in docs/history.md). Every case is recorded (``--record`` under the
+test's temp dir) so that a measured miss can be replayed afterwards. The run is also
+accounted for: it leaves the machine's processes, network namespaces, nft tables and temp
+dirs as they were.
 """
 
 from __future__ import annotations
@@ -87,10 +82,9 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
     }
 
 
-#: Checks CI would measure and report without enforcing them: none since 2026-12-04. The
-#: diagnosis was the last (issue #14): it named the fault and then something else, or
-#: never named it first, in 1-3 cases of several runs until run 29; runs 30-36 named every
-#: case (docs/validate-report.md). The mechanism stays for a check that is new.
+#: Checks CI would measure and report without enforcing them: none now (the diagnosis
+#: was the last, docs/history.md). The mechanism stays for a check that is new: measured
+#: first, enforced once it holds run after run.
 MEASURED: tuple[str, ...] = ()
 
 

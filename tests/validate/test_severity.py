@@ -579,8 +579,8 @@ def test_a_reload_at_the_injections_first_tick_is_counted() -> None:
     assert check.data["achieved"] == 1.0
 
 
-#: pools as ``calibrate_capacity`` measures them: the development machine's CI (30 fresh
-#: embeddings/s saturated), its quiet sweeps (47/s), a machine twice as fast
+#: pools as ``calibrate_capacity`` measures them: a loaded 2-core machine (30 fresh
+#: embeddings/s saturated), the same machine quiet (47/s), a machine twice as fast
 POOLS = [
     {"workers": 2, "embeddings_rps": 30.0, "completion_s": 0.123},
     {"workers": 2, "embeddings_rps": 47.0, "completion_s": 0.1},

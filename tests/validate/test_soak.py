@@ -125,8 +125,8 @@ def test_levelling_takes_the_traces_drift_out_and_keeps_its_bursts() -> None:
 
 def test_the_levelled_azure_trace_follows_the_planned_swing() -> None:
     """The packaged Azure trace ebbs and flows over its hour: swung as it is, a 60-minute
-    soak sent x0.43 where x0.53 was planned and x1.12 at the planned x1.42 (the soak of
-    2026-11-30: x0.46..x0.98). Levelled per 90 s first (a quarter of the report's window,
+    soak sent x0.43 where x0.53 was planned and x1.12 at the planned x1.42 (a real one
+    reached x0.46..x0.98). Levelled per 90 s first (a quarter of the report's window,
     as validate does), each 6-minute window sends within 3 % of its plan."""
     import numpy as np
 
@@ -170,8 +170,8 @@ def test_a_trace_shorter_than_the_soak_reads_is_played_again_from_its_start() ->
 def test_an_hour_of_soak_at_the_services_rate_never_runs_out_of_trace() -> None:
     """The soak compresses the trace to its target rate (x1.5 of the trace's own on the
     machine that probed 16.6 completions/s): the packaged hour then lasts 39 minutes, and
-    the 60-minute soak of 2026-12-02 ran dry after 46, sending x0.51 over minutes 48-54
-    where x1.2-x1.3 was planned. Played again from its start, the last window sends its
+    a 60-minute soak that plays it once runs dry after 46, sending x0.51 over minutes 48-54
+    where x1.2-x1.3 is planned. Played again from its start, the last window sends its
     plan."""
     import numpy as np
 
@@ -196,8 +196,8 @@ def test_an_hour_of_soak_at_the_services_rate_never_runs_out_of_trace() -> None:
 def test_the_soak_sizes_its_busiest_point_not_its_middle_at_the_utilization(
     monkeypatch: pytest.MonkeyPatch, swing: tuple[float, float], x1_share: float
 ) -> None:
-    """The 60-minute soak of 2026-12-02, sized at x1, paged QueueWaitHigh (a true 1.9 s
-    wait) at x1.13 of a swing to x1.5: the peak asked 75 % of the probe. The plan now asks
+    """A 60-minute soak sized at x1 paged QueueWaitHigh (a true 1.9 s wait) at x1.13 of a
+    swing to x1.5: the peak asked 75 % of the probe. The plan now asks
     the utilization at the peak; a swing that stays under x1 keeps x1 at it."""
     from aivitals.demo import SoakLoad, _workload
 
@@ -474,9 +474,8 @@ def test_the_report_writes_json_and_markdown(tmp_path: Path) -> None:
 
 
 def test_the_report_says_what_kind_each_failed_request_was() -> None:
-    """A soak that loses one request of thousands names the generator's reason (CI run of
-    2026-12-01: one completions request of 3,467 failed, and the report said only "1
-    errors")."""
+    """A soak that loses one request of thousands names the generator's reason, not just
+    "1 errors": the count alone says nothing of what to look at."""
     from types import SimpleNamespace
 
     from aivitals.demo._view import ClientCounts
@@ -545,10 +544,10 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     """``aivitals validate --quick --soak 5m`` as a user runs it: it soaks the whole time,
     the planned reload comes back, no request errs, no P0/P1 alert fires, and the machine
     is left as it was found (processes, temp dirs). The rest of the verdict (every poll
-    healthy) is measured and printed on the terminal, not enforced. The P0/P1 count is
-    enforced since 2026-12-04, once the swing's peak was sized at the utilization: the
-    pages of earlier CI soaks were true short saturations of the two workers near a peak
-    that asked 75 % of the probe (docs/validate.md, "Soak", every run listed)."""
+    healthy) is measured and printed on the terminal, not enforced. The P0/P1 count can
+    be enforced because the swing's peak is sized at the utilization: a peak that asks
+    75 % of the probe saturates the two workers for short, true spells (docs/history.md,
+    "Soak", lists every soak measured)."""
     from tests.chaos._accounting import Dirs, Machine, cli, leftovers, run_as_user
 
     require_binary("redis-server")

@@ -563,8 +563,8 @@ def test_a_full_run_waits_for_the_packs_rate_window_to_resolve() -> None:
 
 
 def test_the_calm_after_a_revert_is_one_rate_window_of_the_rules_the_stack_runs() -> None:
-    """A full run moved on 40 s (8 ticks) after a revert while its rules read 5m windows:
-    the next case paged on the previous one's tail (full run 7, 2026-12-01)."""
+    """A full run that moves on 40 s (8 ticks) after a revert while its rules read 5m
+    windows pages in the next case on the previous one's tail."""
     from types import SimpleNamespace
 
     from aivitals.demo import QUICK_RULES
@@ -580,9 +580,9 @@ def test_the_calm_after_a_revert_is_one_rate_window_of_the_rules_the_stack_runs(
 
 
 def test_a_full_run_warms_up_for_the_longest_usual_level_the_signatures_read() -> None:
-    """A full run's first case was judged against the stack's cold start: the signatures'
-    5-minute median "usual level" held only the 60 s baseline and the cold cache's ramp,
-    and the diagnosis lost cache_stampede 90 s into it (2026-12-01). The warm-up must
+    """Without a warm-up a full run's first case is judged against the stack's cold start:
+    the signatures' 5-minute median "usual level" holds only the 60 s baseline and the
+    cold cache's ramp, and the diagnosis loses cache_stampede 90 s into it. The warm-up must
     cover the longest such look-back, whatever the signatures come to read."""
     import re
 

@@ -117,8 +117,8 @@ class TrafficSurge(Fault):
     A surge is new traffic: by default (``distinct`` 0) every request carries a
     prompt of its own, so a response cache in front of the model does not absorb
     it as it would a replay. ``distinct`` N cycles N prompts instead: a cache then
-    learns them, and the surge fades once it has (a full-length run at x10 with
-    4096 cycled was all cache hits after five minutes: 2026-12-02).
+    learns them, and the surge fades once it has (at x10, 4096 cycled prompts are all
+    cache hits within five minutes).
     """
 
     name = "traffic_surge"

@@ -132,8 +132,8 @@ class NetworkLoss(_NetFault):
     clients' segments at the namespace's input, the proxy's answers at the host's
     input from the fault's own veth. A drop on the sender's output hook is no loss:
     TCP takes it as a local send failure and sends again at once without counting a
-    retransmit (measured 2026-12-02 with ``benchmarks/netloss_counters.py``: 10 %
-    dropped there resent 2 % of the proxy's data segments).
+    retransmit (``benchmarks/netloss_counters.py`` measures it: 10 % dropped there
+    resends 2 % of the proxy's data segments).
     """
 
     name = "network_loss"

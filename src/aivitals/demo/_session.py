@@ -333,9 +333,9 @@ class SoakLoad:
         its peak must not exceed that size. Sized at x1 instead, the x1.5 peak asked
         75 % of the probe's rate, which this probe (5 s of completions, nothing else
         busy) reads above what the service sustains beside its scrapes, rules and
-        diagnosis: the 60-minute soak of 2026-12-02 paged QueueWaitHigh, a true 1.9 s
-        P99 wait, at x1.13 (57 % of the probe), and the 5-minute soaks' bursts kept
-        both workers busy for 8-15 s near their x1.3-x1.5 peak.
+        diagnosis: a 60-minute soak sized so paged QueueWaitHigh, a true 1.9 s P99 wait,
+        at x1.13 (57 % of the probe), and the 5-minute soaks' bursts kept both workers
+        busy for 8-15 s near their x1.3-x1.5 peak.
         """
         return self.utilization / max(1.0, self.swing[1])
 

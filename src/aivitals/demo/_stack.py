@@ -60,18 +60,17 @@ QUICK_RULES: dict[str, Any] = {
     "rate_window": "8s",
     "short_window": "4s",
     # LatencyHighWorkersIdle's idle share is a sampled gauge: over 4 samples a blocked
-    # loop's bursts of work kept reading as a busy pool, its 2 s for: kept restarting,
-    # and it missed its 25 s deadline in the clean-clone CI run at ba76008. Over 8 samples,
-    # replayed on the 13 quick event_loop_blocked recordings above the threshold strength,
-    # it held 3 evaluations in a row 5-9 s into the fault (4 samples: 5-15 s)
+    # loop's bursts of work read as a busy pool and its 2 s for: keeps restarting, up to
+    # 15 s into the fault, against validate's 25 s deadline. Over 8 samples, replayed on
+    # the 13 quick event_loop_blocked recordings above the threshold strength, it holds
+    # 3 evaluations in a row 5-9 s into the fault (4 samples: 5-15 s)
     "idle_window": "8s",
     # WorkerPoolSaturated's busy share (the pool's busy-time counter; the gauge's average
     # for pools without it): over 4 s, six scrapes in a row that caught both workers busy
-    # (the trace's bursts near the CI soak's x1.4 peak) paged P0 for the 1 s for: (in 4
-    # of 9 CI-length soaks). Over 8 s it still pages there: the bursts keep the pool
-    # >= 95 % busy for 8-15 s (docs/validate.md, soak run 12), which the shipped 1m
-    # window reads as 80 % at most. The worker_pool_saturated fault's stuck pool is busy
-    # throughout
+    # (the trace's bursts near a quick soak's x1.4 peak) page P0 for the 1 s for:. Over 8 s it
+    # can still page there: the bursts keep the pool >= 95 % busy for 8-15 s, which the
+    # shipped 1m window reads as 80 % at most (docs/validate.md, "--quick"). The
+    # worker_pool_saturated fault's stuck pool is busy throughout
     "saturation_window": "8s",
     "composite_window": "6s",
     "baseline_window": "30s",
@@ -83,7 +82,7 @@ QUICK_RULES: dict[str, Any] = {
 #: 1m hit ratio: five evaluations, two windows of lookups. Divided by 60, quick runs held
 #: it for 1 s over a 4 s window of ~20 lookups: two evaluations of one window, and
 #: overlapping 4 s windows of a healthy Zipf cache read 1 hit in 14 lookups for 1-2 s in
-#: every quick soak recorded (CI at 90740c5 paged P1 on one). A real stampede holds it
+#: every quick soak recorded, enough to page P1. A real stampede holds it
 #: 8-18 s (quick cache_stampede recordings, all three severities), so ``for: 4s`` still
 #: fires within its 15 s fault phase.
 FOR_SPANS_WINDOW: dict[str, str] = {"CacheHitRatioDrop": "short_window"}

@@ -357,9 +357,9 @@ def plan_workload(
     if rate is None:
         # distinct prompts (another seed than the pool's): the cache cannot flatter the
         # probe. Their lengths are those of the pool's 512 most asked entries, the mix the
-        # run sends: the trace's first 512 rows, probed until 2026-12-04, ask shorter
-        # prompts (mean 58 scaled tokens against 73 for the pool's entries and the whole
-        # trace), so the probe read more capacity than the run's mix has
+        # run sends: the trace's first 512 rows ask shorter prompts (mean 58 scaled tokens
+        # against 73 for the pool's entries and the whole trace), so a probe of them reads
+        # more capacity than the run's mix has
         probe_rng = random.Random(seed + 1)
         probe = _pick(trace, [offset + k * 7919 for k in range(512)], _completion, probe_rng)
         probe_emb = _pick(trace, list(range(512)), _embedding, probe_rng)
@@ -515,9 +515,9 @@ def repeat_trace(offsets: Sequence[float], covering: float) -> tuple[list[float]
 
     A soak compresses the trace to its target rate and then swings it, so it can need
     more trace than there is: the packaged hour at 8.3 requests/s lasts 39 minutes, and
-    an hour swung x0.5..x1.5 reads 57 of them (the 60-minute soaks of 2026-12-01 and
-    2026-12-02 ran dry after about 41 and 46 minutes: x0.5 sent where x1.2-x1.5 was
-    planned). One mean gap separates a pass's last request from the next one's first.
+    an hour swung x0.5..x1.5 reads 57 of them (without a replay a 60-minute soak runs
+    dry after about 41-46 minutes and sends x0.5 where x1.2-x1.5 is planned). One mean
+    gap separates a pass's last request from the next one's first.
     ``offsets`` must be sorted; a trace that already covers ``covering`` comes back as it
     is.
     """

@@ -8,10 +8,10 @@ not Poisson: the fleet wants a flat baseline): two texts repeated from a small s
 rather than a coin toss that a short rate window turns into drops. Not half and
 half: a hit takes a few milliseconds and a miss tens, and with exactly half of each
 the median latency sits on the edge between them, jumping a histogram bucket or two
-whenever a rate window holds one miss more: the fleet's end-to-end test then called
-a healthy node "stands out from its peers" in 2 of 11 runs (one of them the
-clean-clone CI run at a22ee53), and a probe read one node's median at 0.038 s
-against its peers' 0.01 s. Bounded by ``--max-seconds``; stops on SIGTERM. Requests
+whenever a rate window holds one miss more: the fleet's end-to-end test then calls
+a healthy node "stands out from its peers" now and then (2 runs of 11), and a probe
+can read one node's median at 0.038 s against its peers' 0.01 s. Bounded by
+``--max-seconds``; stops on SIGTERM. Requests
 that fail are counted, never retried: the fleet's faults are meant to show.
 """
 

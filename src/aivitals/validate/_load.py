@@ -39,9 +39,9 @@ def impatient_requests(plan: LoadPlan, rng: random.Random) -> tuple[RequestSpec,
     """The impatient client's requests: long generations that give up early, each different.
 
     Each prompt is new (drawn from ``rng``): with one fixed prompt, a generation that
-    finished inside its deadline (a fast machine) was cached, and every later request
-    was a cache hit that never reached the model, so no deadline ever passed (CI,
-    2026-12-01: 0 timeouts, no pile-up).
+    finished inside its deadline (a fast machine) is cached, and every later request is
+    a cache hit that never reaches the model, so no deadline ever passes (0 timeouts, no
+    pile-up).
     """
     from ..load import completions_request, make_prompt
 

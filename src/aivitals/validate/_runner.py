@@ -90,10 +90,10 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
 #: that ramp made the first scenario's fault look like a traffic surge.
 QUICK_WARM_UP_S = 15.0
 #: The same in a full run: 300 s, as the soak warms up (one cache TTL there). The
-#: signatures' "usual level" is a 5-minute median; a full run's first case
-#: (cache_stampede, 2026-12-01) had only its 60 s baseline and the cold cache's ramp
-#: behind it, so its usual hit ratio read 0.13, the stampede's 0 fell short of it by
-#: less than the threshold, and the diagnosis lost the fault at 90 s.
+#: signatures' "usual level" is a 5-minute median; without it a full run's first case
+#: (cache_stampede) has only its 60 s baseline and the cold cache's ramp behind it, so
+#: its usual hit ratio reads 0.13, the stampede's 0 falls short of it by less than the
+#: threshold, and the diagnosis loses the fault at 90 s.
 FULL_WARM_UP_S = 300.0
 
 
@@ -166,12 +166,10 @@ _CARRY_S = 3600.0
 #: (12) tokens long, as a multiple of the demo model's median time on them, measured on
 #: this machine when the run starts (``calibrate_sla``). DOMAIN: "inference_time_p99 <=
 #: model SLA", alert at 2x. 2.5 is the ratio validate was designed with: an SLA of 0.25 s
-#: for a model that answered in ~0.1 s. A fixed 0.25 s assumed that machine: on one 1.8x
-#: slower (the shared development machine from 2026-12-01 on: a capacity probe of 11
-#: completions/s, not 20) the healthy model's median was 0.17-0.19 s, its P99 over a rate
-#: window of quick mode's ~20 inferences 0.45-0.50 s, at the 0.5 s bound, and one slow
-#: inference paged InferenceLatencyHigh in disk_io_saturation, cold_start and two pairs
-#: (CI runs at 310ee87 and ab461be).
+#: for a model that answered in ~0.1 s. A fixed 0.25 s assumes that machine: on one 1.8x
+#: slower (a capacity probe of 11 completions/s, not 20) the healthy model's median is
+#: 0.17-0.19 s, its P99 over a rate window of quick mode's ~20 inferences 0.45-0.50 s, at
+#: the 0.5 s bound, and one slow inference pages InferenceLatencyHigh in any case.
 SLA_PER_MEDIAN = 2.5
 #: The model's median assumed when nothing was measured (the sweep's planning, the unit
 #: tests): the ~0.1 s the 2.5 ratio was set on, so its SLA is the former 0.25 s.
@@ -182,10 +180,9 @@ FAULT_CASE_TOKENS = LoadPlan().max_tokens
 #: its own while they run. The load's 16 embeddings inputs fill the cache together (at
 #: the start, after cache_stampede's flushes, after redis_down) and so expire together
 #: 300 +- 30 s later, the demo's TTL: 1-6 misses in an 8 s window of ~15 lookups, which
-#: quick mode's 8 s windows and 1 s ``for:`` read as a stampede. CacheHitRatioDrop paged
-#: on them in timeouts_not_aborting (clean-clone CI run at bfa94a1) and was active while
-#: they trickled in, in 11 fault recordings of the corpus whose fault is not the cache's
-#: (gpu_oom@moderate: hits 16 -> 7, misses 0 -> 5 a window). A cache's own churn is the
+#: quick mode's 8 s windows and 1 s ``for:`` read as a stampede: CacheHitRatioDrop is
+#: active while they trickle in, in 11 fault recordings of the corpus whose fault is not
+#: the cache's (gpu_oom@moderate: hits 16 -> 7, misses 0 -> 5 a window). A cache's own churn is the
 #: soak's subject, with its own TTL; here the faults are (cache_stampede flushes itself).
 FAULT_CASE_CACHE_TTL_S = 86400.0
 #: How long the calibration's closed loop runs, and the least it must complete.
@@ -631,8 +628,8 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
     default 120 s phase cannot hold: GPUProcessMemoryGrowth held its condition and was
     failed for never firing. Nor can ``for:`` alone: a condition on a share averaged over
     the rate window (DiskSaturated's busy share over 5m > 0.95) holds only once the fault
-    fills most of that window, so a 240 s phase read a saturated disk as 0.80 busy (full
-    run, 2026-12-01). The phase ends as soon as the alerts fired and the diagnosis held,
+    fills most of that window, so a 240 s phase reads a saturated disk as 0.80 busy. The
+    phase ends as soon as the alerts fired and the diagnosis held,
     so the longer bound costs only the cases that miss. ``--fault-max`` given: the
     user's phase, as asked.
     """
@@ -661,7 +658,7 @@ def _longest_range_s(
     A condition on a regression or an average over a range holds only once the fault has
     filled enough of it: ProcessMemoryGrowth's ``predict_linear(...[30m], 4h)`` crossed
     its bound 405 s into a 3 MB/s leak, so its 15m ``for:`` could end only past 1305 s,
-    at the edge of the 1320 s phase the 5m rate window sized (full run, 2026-12-01).
+    at the edge of a 1320 s phase sized by the 5m rate window alone.
     """
     try:
         tree = promql_parser.parse(expr)
@@ -704,10 +701,10 @@ def _settle_s(stack: Any) -> float:
     stack runs (``QUICK_RULES``' 8 s in a quick run, the pack's 5m in a full one), so the
     next baseline's windows no longer hold the fault.
 
-    It was 8 ticks, which is the rate window only in a quick run: a full run moved on 40 s
-    after event_loop_blocked's calm began, GPUUtilizationLow's 5m windows still held that
-    case (request P99 19.6 s, 13 requests queued on average at the next fault), and it
-    paged in the next case, cache_stampede (full run 7, 2026-12-01).
+    8 ticks is the rate window only in a quick run: a full run that moves on 40 s after
+    event_loop_blocked's calm began still has that case in GPUUtilizationLow's 5m
+    windows (request P99 19.6 s, 13 requests queued on average at the next fault), which
+    then pages in the next case.
     """
     return max(8.0 * float(stack.config.tick), _rate_window_s(stack))
 
@@ -717,8 +714,8 @@ def _recover_phase(stack: Any, config: ValidateConfig) -> float:
     full run with the default phases, at least the pack's rate window plus a minute.
 
     A full run's rules read ``rate(...[5m])`` and ``changes(...[5m])``: an alert holds
-    until its last event leaves that window, so a 180 s wait failed GPUXidError,
-    ModelReloaded and TimedOutWorkNotAborted for resolving on time (full run, 2026-12-01).
+    until its last event leaves that window, so a 180 s wait fails GPUXidError,
+    ModelReloaded and TimedOutWorkNotAborted for not resolving on time.
     """
     wait = config.phase("recover_max")
     if config.quick or config.recover_max is not None:

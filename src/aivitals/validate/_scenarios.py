@@ -77,15 +77,15 @@ _LIST: tuple[Scenario, ...] = (
         # a share of the whole device: with the service's 14 GiB of weights on 24 GiB,
         # 0.36 takes it past 90% while the batch job runs. The full run keeps quick's
         # 7-of-8 duty at the real time scale (x60): the fault's default 5 s of every 10
-        # never held GPUMemoryHigh for its 5-minute for: (full run 3, 2026-12-01)
+        # never holds GPUMemoryHigh for its 5-minute for:
         params={"share": 0.36, "period_seconds": 480, "on_seconds": 420},
         quick_params={"share": 0.36, "period_seconds": 8, "on_seconds": 7},
     ),
     # InferenceLatencyHigh fires at a p99 over 2 x the SLA, which a run sets to 2.5 x the
     # model's measured median (0.25 s for the ~0.1 s model it was designed on). There a
     # quick x5 peaked at 0.498 s, just short of 0.5 s, hence x8. A factor does not scale
-    # with time, so the full run asks the same x8: it asked x4, under the x5 that the
-    # severity sweep derives as the alert's own threshold, and missed by 2 ms (full run 2)
+    # with time, so the full run asks the same x8: x4 is under the x5 that the severity
+    # sweep derives as the alert's own threshold, and misses by a few ms
     Scenario("gpu_contention", params={"factor": 8}, quick_params={"factor": 8}),
     Scenario("event_loop_blocked", params={"seconds": 0.3}, quick_params={"seconds": 0.3}),
     Scenario("worker_pool_saturated"),
@@ -116,7 +116,7 @@ _LIST: tuple[Scenario, ...] = (
         "network_latency",
         # the same 300 ms in both: the fault's default 100 ms is the sweep's at-threshold
         # magnitude (ProbeLatencyHigh 0.2 s over a request and its answer), which a full
-        # run asked until 2026-12-02 and missed by a hair (0.20 s, full run 2)
+        # run misses by a hair (a 0.20 s probe)
         params={"delay_ms": 300},
         quick_params={"delay_ms": 300},
         needs=_root_net,

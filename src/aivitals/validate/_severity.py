@@ -161,8 +161,8 @@ def _stampede_drop(interval: float, embeddings_rate: float, pool: int) -> float:
 
 
 #: The demo's embeddings throughput with its two workers busy, nominal: a sweep measures
-#: its own at the start (``calibrate_capacity``); quick sweeps on the development machine
-#: served 41-47 fresh inputs a second saturated (2026-12-01..04).
+#: its own at the start (``calibrate_capacity``); quick sweeps on a shared 2-core machine
+#: serve 41-47 fresh inputs a second saturated.
 NOMINAL_EMBEDDINGS_RPS = 40.0
 
 
@@ -720,8 +720,8 @@ class _Window:
     def end_from_before(self, expr: str) -> list[float]:
         """``expr`` at the end, ``[W]`` reaching one tick before the injection: a counter
         of events such as ``changes()`` must see the last sample before the fault, or an
-        event at the injection's first tick leaves no change inside the range (the sweep
-        of 2026-11-30 read 0 model loads for every cold_start)."""
+        event at the injection's first tick leaves no change inside the range (a range cut
+        to the phase reads 0 model loads for every cold_start)."""
         w = f"{math.ceil(self.t_end - self.t_fault + self.tick)}s"
         return [v for _, v in self._eval(expr.replace("[W]", f"[{w}]"), self.t_end, self.t_end)]
 
@@ -947,7 +947,7 @@ _UNMEASURED: dict[str, str] = {
 }
 
 #: faults whose signal the agent collects but which under-reads their magnitude: the
-#: value is reported, not judged. A quick sweep (2026-11-30, 2-core machine) measured
+#: value is reported, not judged. A quick sweep on a 2-core machine measures
 #: TCPRetransmitsHigh's ratio over the phase at 2.4 %, 3.2 % and 18.4 % for 5, 10 and
 #: 30 % of the link's packets dropped (nftables drops exactly that share): the host's
 #: pure ACKs for the streamed answers count among the segments sent but are never
