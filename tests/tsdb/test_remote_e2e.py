@@ -9,6 +9,7 @@ The right settings get an answer; each wrong one gets a ``BackendAuthError`` or
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from aivitals.console import RemoteSource
 from aivitals.errors import BackendAuthError, ConfigError
 from aivitals.tsdb import PrometheusBackend, RemoteConnection
 from tests._pki import Pki, bcrypt_hash, make_pki
-from tests._servers import Server, prometheus, victoria_metrics
+from tests._servers import Server, prometheus, require_binary, victoria_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -266,6 +267,22 @@ def test_key_that_does_not_match_the_certificate_is_a_config_error(
     pki = secrets[0]
     conn = RemoteConnection(cert_file=pki.client_cert, key_file=pki.rogue_client_key)
     with pytest.raises(ConfigError, match=str(pki.client_cert)):
+        PrometheusBackend("https://127.0.0.1:1", connection=conn)
+
+
+def test_encrypted_key_is_a_config_error_not_a_terminal_prompt(
+    secrets: tuple[Pki, Path, Path], tmp_path: Path
+) -> None:
+    pki = secrets[0]
+    locked = tmp_path / "locked.key"
+    done = subprocess.run(
+        [require_binary("openssl"), "ec", "-in", str(pki.client_key), "-out", str(locked),
+         "-aes256", "-passout", "pass:x"],
+        capture_output=True, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    conn = RemoteConnection(cert_file=pki.client_cert, key_file=locked)
+    with pytest.raises(ConfigError, match=f"--key-file {locked}: the private key is encrypted"):
         PrometheusBackend("https://127.0.0.1:1", connection=conn)
 
 

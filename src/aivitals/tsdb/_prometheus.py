@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 
 from ..errors import BackendAuthError, BackendError, BackendTimeout, ConfigError, QueryError
-from ._remote import POST_ABOVE, RemoteConnection, tls_failure
+from ._remote import POST_ABOVE, RemoteConnection, refused_message, tls_failure, tls_message
 from ._types import InstantSample, QueryResult, RangeSeries
 
 __all__ = ["PrometheusBackend"]
@@ -125,12 +125,13 @@ class PrometheusBackend:
         except httpx.HTTPError as exc:
             tls = tls_failure(exc)
             if tls is not None:
-                raise BackendAuthError(self.connection.tls_failed(self._peer, tls)) from exc
+                raise BackendAuthError(tls_message(self.connection, self._peer, tls)) from exc
             raise BackendError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         with self._lock:
             self.bytes_received += len(resp.content)
         if resp.status_code in (401, 403):
-            raise BackendAuthError(self.connection.refused(self.url, resp.status_code, resp.text))
+            text = refused_message(self.connection, self.url, resp.status_code, resp.text)
+            raise BackendAuthError(text)
         return resp
 
     @property

@@ -23,7 +23,7 @@ import httpx
 
 from ..errors import AivitalsError, BackendAuthError, ConfigError
 
-__all__ = ["POST_ABOVE", "RemoteConnection", "tls_failure"]
+__all__ = ["POST_ABOVE", "RemoteConnection", "refused_message", "tls_failure", "tls_message"]
 
 #: A query whose form (``query=...&start=...``) encodes longer than this many bytes is
 #: POSTed under method "auto": proxies in front of a Prometheus refuse long URLs (414).
@@ -33,6 +33,7 @@ _T = TypeVar("_T")
 #: "[SSL: X] x (_ssl.c:2580)" -> "x"
 _OPENSSL_NOISE = re.compile(r"^\[[^\]]*\]\s*|\s*\(_ssl\.c:\d+\)$")
 _FIELD_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 token
+_PATHS = ("bearer_token_file", "basic_auth_password_file", "ca_file", "cert_file", "key_file")
 _NOT_A_HEADER = {
     "authorization": "credentials come from --bearer-token-file or --basic-auth",
     "content-type": "set by each request",
@@ -76,12 +77,10 @@ class RemoteConnection:
     method: Literal["auto", "GET", "POST"] = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("bearer_token_file", "basic_auth_password_file", "ca_file", "cert_file"):
+        for name in _PATHS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 raise ConfigError(f"{name} must be a pathlib.Path, got {value!r}")
-        if self.key_file is not None and not isinstance(self.key_file, Path):
-            raise ConfigError(f"key_file must be a pathlib.Path, got {self.key_file!r}")
         if self.bearer_token_file is not None and self.basic_auth_user is not None:
             raise ConfigError("--bearer-token-file and --basic-auth: choose one")
         if (self.basic_auth_user is None) != (self.basic_auth_password_file is None):
@@ -119,60 +118,6 @@ class RemoteConnection:
         """True when a bearer token or basic auth is sent."""
         return self.bearer_token_file is not None or self.basic_auth_user is not None
 
-    def refused(self, url: str, status: int, body: str) -> str:
-        """The message for a 401 or 403 answer: what was refused and what to check."""
-        first = body.strip().splitlines()[0][:200] if body.strip() else ""
-        what = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(status, f"HTTP {status}")
-        said = f" ({first!r})" if first and first.lower() not in what.lower() else ""
-        return f"{url} answered {what}{said}: {self._refused_hint(status, first)}"
-
-    def _refused_hint(self, status: int, said: str) -> str:
-        low = said.lower()
-        if ("org id" in low or "tenant" in low) and not self.headers:
-            return "it wants a tenant: --header 'X-Scope-OrgID: TENANT'"
-        if status == 403:
-            return "the credentials were taken but may not read this: check what they grant"
-        if self.bearer_token_file is not None:
-            return f"check the token in --bearer-token-file {self.bearer_token_file}"
-        if self.basic_auth_user is not None:
-            return (
-                f"check the user {self.basic_auth_user!r} and the password in "
-                f"{self.basic_auth_password_file} (--basic-auth)"
-            )
-        return "it wants credentials: --bearer-token-file FILE or --basic-auth USER:PASSWORD_FILE"
-
-    def tls_failed(self, peer: str, err: ssl.SSLError) -> str:
-        """The message for a failed TLS handshake with ``peer``: why, the files it was
-        judged against, and what to check."""
-        reason = getattr(err, "verify_message", None) or _OPENSSL_NOISE.sub("", str(err))
-        text = f"TLS handshake with {peer} failed: {reason}"
-        upper = str(err).upper()
-        # an alert is the server ending the handshake: about our (missing) certificate
-        refused = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA", "HANDSHAKE_FAILURE")
-        if "ALERT" in upper and any(k in upper for k in refused):
-            hint = (
-                "the server wants a client certificate: --cert-file and --key-file"
-                if self.cert_file is None
-                else f"the server refused the client certificate {self.cert_file}: "
-                "is it signed by a CA the server trusts (its client_ca_file)?"
-            )
-        elif "WRONG_VERSION_NUMBER" in upper or "RECORD_LAYER_FAILURE" in upper:
-            hint = "does the server speak TLS? try http://"
-        else:
-            hint = ""
-        return f"{text} ({self._trust()})" + (f": {hint}" if hint else "")
-
-    def _trust(self) -> str:
-        if self.insecure_skip_verify:
-            parts = ["server certificate not verified: --insecure-skip-verify"]
-        elif self.ca_file is not None:
-            parts = [f"CA file {self.ca_file}"]
-        else:
-            parts = ["the default CA bundle; a private CA needs --ca-file"]
-        if self.cert_file is not None:
-            parts.append(f"client certificate {self.cert_file}")
-        return "; ".join(parts)
-
     def _ssl_context(self) -> ssl.SSLContext | bool:
         if self.insecure_skip_verify:
             ctx = ssl.create_default_context()
@@ -197,6 +142,64 @@ class RemoteConnection:
             # encrypted key; a key here must be unencrypted, as Prometheus' own key_file
             _load(files, expect, lambda: ctx.load_cert_chain(cert, key, password=_no_passphrase))
         return ctx
+
+
+def refused_message(conn: RemoteConnection, url: str, status: int, body: str) -> str:
+    """The message for a 401 or 403 answer: what was refused and what to check."""
+    first = body.strip().splitlines()[0][:200] if body.strip() else ""
+    what = {401: "401 Unauthorized", 403: "403 Forbidden"}.get(status, f"HTTP {status}")
+    said = f" ({first!r})" if first and first.lower() not in what.lower() else ""
+    return f"{url} answered {what}{said}: {_refused_hint(conn, status, first)}"
+
+
+def _refused_hint(conn: RemoteConnection, status: int, said: str) -> str:
+    low = said.lower()
+    if ("org id" in low or "tenant" in low) and not conn.headers:
+        return "it wants a tenant: --header 'X-Scope-OrgID: TENANT'"
+    if status == 403:
+        return "the credentials were taken but may not read this: check what they grant"
+    if conn.bearer_token_file is not None:
+        return f"check the token in --bearer-token-file {conn.bearer_token_file}"
+    if conn.basic_auth_user is not None:
+        return (
+            f"check the user {conn.basic_auth_user!r} and the password in "
+            f"{conn.basic_auth_password_file} (--basic-auth)"
+        )
+    return "it wants credentials: --bearer-token-file FILE or --basic-auth USER:PASSWORD_FILE"
+
+
+def tls_message(conn: RemoteConnection, peer: str, err: ssl.SSLError) -> str:
+    """The message for a failed TLS handshake with ``peer``: why, the files it was judged
+    against, and what to check."""
+    reason = getattr(err, "verify_message", None) or _OPENSSL_NOISE.sub("", str(err))
+    upper = str(err).upper()
+    # an alert is the server ending the handshake: about our (missing) certificate
+    refused = ("CERTIFICATE_REQUIRED", "BAD_CERTIFICATE", "UNKNOWN_CA", "HANDSHAKE_FAILURE")
+    if "ALERT" in upper and any(k in upper for k in refused):
+        hint = (
+            "the server wants a client certificate: --cert-file and --key-file"
+            if conn.cert_file is None
+            else f"the server refused the client certificate {conn.cert_file}: "
+            "is it signed by a CA the server trusts (its client_ca_file)?"
+        )
+    elif "WRONG_VERSION_NUMBER" in upper or "RECORD_LAYER_FAILURE" in upper:
+        hint = "does the server speak TLS? try http://"
+    else:
+        hint = ""
+    text = f"TLS handshake with {peer} failed: {reason} ({_trust(conn)})"
+    return text + (f": {hint}" if hint else "")
+
+
+def _trust(conn: RemoteConnection) -> str:
+    if conn.insecure_skip_verify:
+        parts = ["server certificate not verified: --insecure-skip-verify"]
+    elif conn.ca_file is not None:
+        parts = [f"CA file {conn.ca_file}"]
+    else:
+        parts = ["the default CA bundle; a private CA needs --ca-file"]
+    if conn.cert_file is not None:
+        parts.append(f"client certificate {conn.cert_file}")
+    return "; ".join(parts)
 
 
 class _FileAuth(httpx.Auth):
