@@ -28,6 +28,7 @@ DEBIAN_PACKAGE = {
     "victoria-metrics": "victoria-metrics",
     "redis-server": "redis-server",
     "wrk": "wrk",
+    "openssl": "openssl",
 }
 
 
@@ -55,10 +56,11 @@ class Server:
     proc: subprocess.Popen[bytes]
     workdir: Path
     log: Path
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -70,14 +72,16 @@ class Server:
                 self.proc.wait(timeout=5)
 
 
-def _wait_http(server: Server, path: str, timeout: float) -> None:
+def _wait_http(
+    server: Server, path: str, timeout: float, client: httpx.Client | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
             break
         try:
-            r = httpx.get(server.url + path, timeout=1.0)
+            r = (client or httpx).get(server.url + path, timeout=1.0)
             if r.status_code == 200:
                 return
             last = f"HTTP {r.status_code}"
@@ -91,16 +95,24 @@ def _wait_http(server: Server, path: str, timeout: float) -> None:
 
 @contextmanager
 def _run(
-    name: str, argv: Sequence[str], workdir: Path, port: int, ready_path: str, timeout: float = 30.0
+    name: str,
+    argv: Sequence[str],
+    workdir: Path,
+    port: int,
+    ready_path: str,
+    timeout: float = 30.0,
+    *,
+    scheme: str = "http",
+    ready_client: httpx.Client | None = None,
 ) -> Iterator[Server]:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             list(argv), stdout=out, stderr=subprocess.STDOUT, cwd=workdir, stdin=subprocess.DEVNULL
         )
-    server = Server(name, port, proc, workdir, log)
+    server = Server(name, port, proc, workdir, log, scheme)
     try:
-        _wait_http(server, ready_path, timeout)
+        _wait_http(server, ready_path, timeout, ready_client)
         yield server
     finally:
         server.stop()
@@ -114,9 +126,13 @@ def prometheus(
     rule_files: Sequence[Path] = (),
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
+    web_config_yaml: str = "",
+    ready_client: httpx.Client | None = None,
 ) -> Iterator[Server]:
     """A real Prometheus on 127.0.0.1. ``config_yaml`` is the body of prometheus.yml;
-    ``data_dir`` may hold blocks made by ``promtool tsdb create-blocks-from``."""
+    ``data_dir`` may hold blocks made by ``promtool tsdb create-blocks-from``.
+    ``web_config_yaml`` is a ``--web.config.file`` (basic auth, TLS: then the URL is
+    https://), and ``ready_client`` the client that can pass it to see it ready."""
     binary = require_binary("prometheus")
     with tempfile.TemporaryDirectory(prefix="aivitals-prom-") as tmp:
         work = Path(tmp)
@@ -136,7 +152,22 @@ def prometheus(
             "--log.level=warn",
             *extra_args,
         ]
-        with _run("prometheus", argv, work, port, "/-/ready", timeout) as server:
+        scheme = "http"
+        if web_config_yaml:
+            web = work / "web.yml"
+            web.write_text(web_config_yaml)
+            argv.append(f"--web.config.file={web}")
+            scheme = "https" if "tls_server_config" in web_config_yaml else "http"
+        with _run(
+            "prometheus",
+            argv,
+            work,
+            port,
+            "/-/ready",
+            timeout,
+            scheme=scheme,
+            ready_client=ready_client,
+        ) as server:
             yield server
 
 

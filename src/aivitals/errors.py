@@ -17,7 +17,8 @@ have to know which library sat underneath.
     │   ├── SampleRejected          out-of-order, duplicate or non-finite sample
     │   └── CardinalityLimitError   a new series would pass the series limit
     ├── BackendError                a remote Prometheus / VictoriaMetrics failed
-    │   └── BackendTimeout
+    │   ├── BackendTimeout
+    │   └── BackendAuthError        credentials refused (401, 403) or the TLS handshake failed
     ├── CollectorError              a signal source failed (collectors report it, never raise it)
     ├── RuleError                   an alert or recording rule is invalid
     ├── SignatureError              a diagnosis signature is invalid
@@ -33,6 +34,7 @@ from __future__ import annotations
 __all__ = [
     "AivitalsError",
     "AlreadyRunning",
+    "BackendAuthError",
     "BackendError",
     "BackendTimeout",
     "CardinalityLimitError",
@@ -117,6 +119,12 @@ class BackendError(AivitalsError):
 
 class BackendTimeout(BackendError):
     """A remote query backend did not answer in time."""
+
+
+class BackendAuthError(BackendError):
+    """A remote backend refused the credentials (401, 403), the TLS handshake with it
+    failed, or a secret file could not be read mid-run. Never retried: every other
+    request would meet the same; the message names the URL or peer and the file."""
 
 
 class CollectorError(AivitalsError):

@@ -20,11 +20,13 @@ def test_all_is_sorted_and_complete() -> None:
         "PrometheusBackend",
         "QueryResult",
         "RangeSeries",
+        "RemoteConnection",
         "ResultType",
         "Store",
         "parse_api_time",
         "parse_duration",
         "parse_time",
+        "remote_options",
     }
     for name in tsdb.__all__:
         assert getattr(tsdb, name) is not None

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 
-from ..errors import BackendError
+from ..errors import BackendAuthError, BackendError
+from ..tsdb import PrometheusBackend, RemoteConnection, remote_options
 from ._export import ExportTargets, export_pack
 from ._params import parse_param_pairs
 from ._promtest import run_promtool_tests
@@ -105,13 +105,16 @@ def test(promtool: str | None) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _fetch(url: str) -> Any:
-    try:
-        response = httpx.get(url, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise BackendError(f"cannot reach {url}: {exc}") from None
+def _fetch(base: str, path: str, connection: RemoteConnection) -> Any:
+    with PrometheusBackend(base, connection=connection) as server:
+        try:
+            response = server.get(path)
+        except BackendAuthError:
+            raise
+        except BackendError as exc:
+            raise BackendError(f"cannot reach {base}{path}: {exc.__cause__ or exc}") from exc
     if response.status_code != 200:
-        raise BackendError(f"{url} answered HTTP {response.status_code}")
+        raise BackendError(f"{base}{path} answered HTTP {response.status_code}")
     body = response.json()
     return body.get("data", body) if isinstance(body, dict) else body
 
@@ -153,10 +156,12 @@ def _from_prometheus(data: Any) -> dict[str, Any]:
 @click.option("--prometheus", "prometheus", default=None, help="Ask a Prometheus instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
 @click.option("--recent", default=20, show_default=True, help="How many recent transitions.")
-def alerts(agent: str, prometheus: str | None, as_json: bool, recent: int) -> None:
+@remote_options
+def alerts(
+    agent: str, prometheus: str | None, as_json: bool, recent: int, connection: RemoteConnection
+) -> None:
     """List active alerts and recent transitions from an agent (or a Prometheus)."""
-    base = (prometheus or agent).rstrip("/")
-    data = _fetch(base + "/api/v1/alerts")
+    data = _fetch(prometheus or agent, "/api/v1/alerts", connection)
     if prometheus:
         data = _from_prometheus(data)
     if as_json:

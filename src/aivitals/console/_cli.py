@@ -10,7 +10,7 @@ import click
 
 from ..agent import parse_duration, parse_listen
 from ..errors import ConfigError
-from ..tsdb import DEFAULT_AGENT
+from ..tsdb import DEFAULT_AGENT, RemoteConnection, remote_options
 from ._server import ConsoleServer
 from ._source import RemoteSource
 
@@ -28,6 +28,7 @@ __all__ = ["console"]
     default=None,
     help="How often the pages refresh (default: 5s for an agent, 15s for Prometheus).",
 )
+@remote_options
 def console(
     agent_url: str | None,
     prometheus: str | None,
@@ -35,6 +36,7 @@ def console(
     port: int | None,
     allow_remote: bool,
     interval: str | None,
+    connection: RemoteConnection,
 ) -> None:
     """Serve the web console (live charts, alerts, diagnosis, fleet, daily report).
 
@@ -49,7 +51,8 @@ def console(
     if port is not None:
         listen = f"127.0.0.1:{port}"
     host, bind_port = parse_listen(listen, allow_remote=allow_remote)
-    server = ConsoleServer(RemoteSource(url, kind=kind, tick=tick), host, bind_port)
+    source = RemoteSource(url, kind=kind, tick=tick, connection=connection)
+    server = ConsoleServer(source, host, bind_port)
     done = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
+from ..errors import BackendError, ConfigError
 
-from ..errors import BackendError, BackendTimeout, ConfigError
+if TYPE_CHECKING:
+    from ..tsdb import RemoteConnection
 
 __all__ = [
     "AgentSource",
@@ -450,7 +451,15 @@ class RemoteSource:
     over a ``PrometheusBackend``; an agent serves its own latest one.
     """
 
-    def __init__(self, url: str, *, kind: str, tick: float = 15.0, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        kind: str,
+        tick: float = 15.0,
+        timeout: float = 10.0,
+        connection: RemoteConnection | None = None,
+    ) -> None:
         from ..tsdb import PrometheusBackend
 
         if kind not in ("agent", "prometheus"):
@@ -458,23 +467,17 @@ class RemoteSource:
         self.kind = kind
         self.url = url.rstrip("/")
         self.tick = tick
-        self.backend = PrometheusBackend(self.url, timeout=timeout)
-        self._http = httpx.Client(timeout=timeout)
+        # one client for queries and the other API paths: the same credentials, TLS, headers
+        self.backend = PrometheusBackend(self.url, timeout=timeout, connection=connection)
         self._cache = _Cached(ttl=max(2.0, tick))
         self._rules: dict[str, dict[str, Any]] | None = None
         self._memory = _memory()
 
     def close(self) -> None:
         self.backend.close()
-        self._http.close()
 
     def _get(self, path: str) -> Any:
-        try:
-            r = self._http.get(self.url + path)
-        except httpx.TimeoutException as exc:
-            raise BackendTimeout(f"{self.url}{path}: no answer in time") from exc
-        except httpx.HTTPError as exc:
-            raise BackendError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from exc
+        r = self.backend.get(path)
         if r.status_code == 404:
             raise LookupError(f"{self.url}{path}: not served by this backend")
         try:

@@ -9,8 +9,17 @@ from typing import Any
 import click
 import httpx
 
-from ..errors import BackendError, ConfigError
-from ..tsdb import DEFAULT_AGENT, Backend, PrometheusBackend, Store, parse_duration, parse_time
+from ..errors import AivitalsError, BackendError, ConfigError
+from ..tsdb import (
+    DEFAULT_AGENT,
+    Backend,
+    PrometheusBackend,
+    RemoteConnection,
+    Store,
+    parse_duration,
+    parse_time,
+    remote_options,
+)
 from ._engine import diagnose as run_diagnosis
 from ._memory import LOOKS, look_back
 from ._model import Diagnosis, Event
@@ -27,6 +36,7 @@ def _source(
     snapshot: str | None,
     victoriametrics: str | None = None,
     timeout: float = 10.0,
+    connection: RemoteConnection | None = None,
 ) -> Backend:
     chosen = [x for x in (agent, prometheus, snapshot, victoriametrics) if x]
     if len(chosen) > 1:
@@ -38,16 +48,18 @@ def _source(
     # VictoriaMetrics answers the Prometheus query API (MetricsQL is a superset of PromQL):
     # an expression it refuses is listed as unseen, like any failed query
     url = prometheus or victoriametrics or agent or DEFAULT_AGENT
-    return PrometheusBackend(url, timeout=timeout)
+    return PrometheusBackend(url, timeout=timeout, connection=connection)
 
 
-def _agent_alerts(url: str) -> list[Any]:
+def _agent_alerts(backend: Backend) -> list[Any]:
     """The agent's alert events as objects with the AlertEvent fields (best effort)."""
+    if not isinstance(backend, PrometheusBackend):
+        return []
     try:
-        r = httpx.get(url.rstrip("/") + "/api/v1/alerts", timeout=5.0)
+        r = backend.get("/api/v1/alerts")
         r.raise_for_status()
         data = r.json()
-    except (httpx.HTTPError, ValueError):
+    except (AivitalsError, httpx.HTTPError, ValueError):
         return []
     items = data.get("data", data) if isinstance(data, dict) else data
     if isinstance(items, dict):
@@ -111,6 +123,7 @@ def _emit(text: str, out: str | None) -> None:
 )
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True)
 @click.option("--out", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@remote_options
 def diagnose(
     agent: str | None,
     prometheus: str | None,
@@ -125,6 +138,7 @@ def diagnose(
     hold: str,
     fmt: str,
     out: str | None,
+    connection: RemoteConnection,
 ) -> None:
     """Name the failing layer and root cause, with evidence, a timeline and next commands."""
     held = parse_duration("--hold", hold)
@@ -138,11 +152,11 @@ def diagnose(
     total = parse_duration("--budget", budget)
     if per_query <= 0 or total <= 0:
         raise ConfigError("--timeout and --budget must be positive")
-    backend = _source(agent, prometheus, snapshot, victoriametrics, per_query)
+    backend = _source(agent, prometheus, snapshot, victoriametrics, per_query, connection)
     if snapshot and at == "now":
         end = _snapshot_end(backend, end)
     remote = prometheus or victoriametrics or snapshot
-    events = _agent_alerts(agent or DEFAULT_AGENT) if not remote else []
+    events = _agent_alerts(backend) if not remote else []
     looks = 1 + (LOOKS if held > 0 else 0)
 
     def at_time(t: float) -> Diagnosis:
@@ -181,8 +195,15 @@ def _snapshot_end(backend: Backend, default: float) -> float:
 @click.option("--window", default="30m", show_default=True, help="How far back to save.")
 @click.option("--at", "at", default="now", show_default=True, help="End of the window.")
 @click.option("--step", default="1s", show_default=True, help="Resolution of the saved samples.")
+@remote_options
 def snapshot(
-    agent: str | None, prometheus: str | None, out: str, window: str, at: str, step: str
+    agent: str | None,
+    prometheus: str | None,
+    out: str,
+    window: str,
+    at: str,
+    step: str,
+    connection: RemoteConnection,
 ) -> None:
     """Save a window of every series to a file, for a later diagnosis or a bug report."""
     if bool(agent) == bool(prometheus):
@@ -191,15 +212,22 @@ def snapshot(
     win = parse_duration("--window", window)
     end = parse_time("--at", at, time.time())
     res = parse_duration("--step", step)
-    store = pull(url, end - win, end, res)
+    store = pull(url, end - win, end, res, connection=connection)
     n = store.save(out, start=end - win, end=end)
     click.echo(f"saved {n} samples of {store.series_count} series to {out}", err=True)
 
 
-def pull(url: str, start: float, end: float, step: float) -> Store:
+def pull(
+    url: str,
+    start: float,
+    end: float,
+    step: float,
+    *,
+    connection: RemoteConnection | None = None,
+) -> Store:
     """Every series of a Prometheus-API server (agent, Prometheus, VictoriaMetrics) into a Store."""
-    names = _metric_names(url)
-    backend = PrometheusBackend(url)
+    backend = PrometheusBackend(url, connection=connection)
+    names = _metric_names(backend)
     store = Store(retention=max(3600.0, end - start + 600.0))
     # Prometheus refuses more than 11,000 points per series: fetch in chunks.
     chunk = step * 10_000
@@ -219,13 +247,13 @@ def pull(url: str, start: float, end: float, step: float) -> Store:
     return store
 
 
-def _metric_names(url: str) -> list[str]:
+def _metric_names(backend: PrometheusBackend) -> list[str]:
     try:
-        r = httpx.get(url.rstrip("/") + "/api/v1/label/__name__/values", timeout=10.0)
+        r = backend.get("/api/v1/label/__name__/values")
         r.raise_for_status()
         data = r.json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise BackendError(f"cannot list metric names at {url}: {exc}") from exc
+        raise BackendError(f"cannot list metric names at {backend.url}: {exc}") from exc
     return [str(n) for n in data.get("data", [])]
 
 
@@ -254,6 +282,7 @@ def report() -> None:
     show_default=True,
 )
 @click.option("--out", metavar="FILE", help="Write the report to FILE.")
+@remote_options
 def daily(
     agent: str | None,
     prometheus: str | None,
@@ -263,9 +292,10 @@ def daily(
     stddev_yellow: float,
     fmt: str,
     out: str | None,
+    connection: RemoteConnection,
 ) -> None:
     """Peak queue length, top endpoints by 504s, GPU utilization stddev, the day's alerts."""
-    backend = _source(agent, prometheus, snapshot)
+    backend = _source(agent, prometheus, snapshot, connection=connection)
     end = parse_time("--at", at, time.time())
     if snapshot and at == "now":
         end = _snapshot_end(backend, end)
@@ -273,7 +303,7 @@ def daily(
     if not (prometheus or snapshot):
         alerts = [
             {"alertname": e.text.split(" ")[0], "labels": dict(e.fields), "since": e.time}
-            for e in _agent_alerts(agent or DEFAULT_AGENT)
+            for e in _agent_alerts(backend)
             if e.time >= end - 86400
         ]
     r = daily_report(

@@ -6,7 +6,8 @@ deviations judged by the detector, events); rank by evidence, specificity and
 temporal precedence (a cause deviates before its effects); when nothing
 matches, rank the most anomalous signals by layer. What could not be seen
 (missing series, failed queries) is listed and lowers confidence; it never
-raises.
+raises, but for a backend that refuses the credentials or the TLS handshake
+(``BackendAuthError``): every query would meet the same, so none is sent after it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import promql_parser
 
 from .. import signals
-from ..errors import BackendError, BackendTimeout, ConfigError
+from ..errors import BackendAuthError, BackendError, BackendTimeout, ConfigError
 from ..tsdb import Backend, QueryResult
 from ._detector import DetectorConfig, detect
 from ._model import (
@@ -274,6 +275,9 @@ class _Ctx:
             return None
         try:
             answer = _range(self, expr)
+        except BackendAuthError as exc:
+            self.dead = str(exc)
+            raise  # refused credentials or TLS: every other query would be refused too
         except Exception as exc:  # a backend bug must not stop the diagnosis either
             self.outcome(expr, exc)
             self.cache[expr] = None
@@ -661,6 +665,9 @@ def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[Any]
             return skip
         try:
             return ask(expr)
+        except BackendAuthError as exc:
+            ctx.dead = str(exc)  # at once: the workers send nothing more
+            return exc
         except Exception as exc:  # listed as unseen by account(), never raised
             return exc
 
@@ -671,6 +678,9 @@ def _run_many(ctx: _Ctx, exprs: Sequence[str], ask: Any, what: str) -> list[Any]
                 ctx.dead = "the diagnosis's time budget ran out"
             return None
         ctx.queries += 1
+        if isinstance(res, BackendAuthError):
+            ctx.dead = str(res)
+            raise res  # refused credentials or TLS: every other query would be refused too
         if isinstance(res, BaseException):
             ctx.outcome(expr, res, what)
             return None

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+from ._options import remote_options
 from ._prometheus import PrometheusBackend
+from ._remote import RemoteConnection
 from ._store import AppendStats, Store
 from ._time import DEFAULT_AGENT, parse_api_time, parse_duration, parse_time
 from ._types import Backend, InstantSample, QueryResult, RangeSeries, ResultType
@@ -23,9 +25,11 @@ __all__ = [
     "PrometheusBackend",
     "QueryResult",
     "RangeSeries",
+    "RemoteConnection",
     "ResultType",
     "Store",
     "parse_api_time",
     "parse_duration",
     "parse_time",
+    "remote_options",
 ]

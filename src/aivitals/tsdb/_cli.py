@@ -10,14 +10,21 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ._options import remote_options
 from ._prometheus import PrometheusBackend
+from ._remote import RemoteConnection
 from ._time import DEFAULT_AGENT, parse_duration, parse_time
 from ._types import Backend, QueryResult
 
 __all__ = ["query"]
 
 
-def _backend(prometheus: str | None, snapshot: str | None, agent: str | None) -> Backend:
+def _backend(
+    prometheus: str | None,
+    snapshot: str | None,
+    agent: str | None,
+    connection: RemoteConnection | None = None,
+) -> Backend:
     chosen = [x for x in (prometheus, snapshot, agent) if x]
     if len(chosen) > 1:
         raise ConfigError("choose one of --prometheus, --snapshot, --agent")
@@ -25,7 +32,7 @@ def _backend(prometheus: str | None, snapshot: str | None, agent: str | None) ->
         from ._store import Store
 
         return Store.load(snapshot)
-    return PrometheusBackend(prometheus or agent or DEFAULT_AGENT)
+    return PrometheusBackend(prometheus or agent or DEFAULT_AGENT, connection=connection)
 
 
 @click.command("query")
@@ -35,6 +42,7 @@ def _backend(prometheus: str | None, snapshot: str | None, agent: str | None) ->
 @click.option("--prometheus", metavar="URL", help="Query a Prometheus/VictoriaMetrics server.")
 @click.option("--snapshot", metavar="FILE", help="Query a snapshot file (aivitals snapshot).")
 @click.option("--agent", metavar="URL", help=f"Query an aivitals agent [default {DEFAULT_AGENT}].")
+@remote_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def query(
     expr: str,
@@ -44,9 +52,10 @@ def query(
     snapshot: str | None,
     agent: str | None,
     as_json: bool,
+    connection: RemoteConnection,
 ) -> None:
     """Evaluate the PromQL EXPR and print the answer as a table (or --json)."""
-    backend = _backend(prometheus, snapshot, agent)
+    backend = _backend(prometheus, snapshot, agent, connection)
     now = time.time()
     if range_:
         start = parse_time("--range START", range_[0], now)
