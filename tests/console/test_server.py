@@ -385,9 +385,13 @@ def test_the_latest_diagnosis_of_a_prometheus_is_computed_once_per_tick(
 
     windows: list[tuple[float, float]] = []
 
-    def counted(backend: Any, start: float, end: float, alerts: Any, events: Any) -> Any:
+    from aivitals.diagnose import Diagnosis, Shape
+
+    def counted(
+        backend: Any, start: float, end: float, alerts: Any, events: Any, hold: float = 0.0
+    ) -> Any:
         windows.append((start, end))
-        return {"start": start, "end": end, "findings": []}
+        return Diagnosis(Shape.HEALTHY, start, end, 1.0, [], [], [])
 
     monkeypatch.setattr(_source, "_run_diagnosis", counted)
     source = RemoteSource("http://127.0.0.1:9", kind="prometheus", tick=3.0, timeout=1.0)
