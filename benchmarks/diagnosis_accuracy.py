@@ -75,8 +75,7 @@ from tests.diagnose import _corpus as corpus  # noqa: E402
 from aivitals.chaos import FAULT_TABLE  # noqa: E402
 from aivitals.diagnose import HIGH_CONFIDENCE, diagnose, rank_changes  # noqa: E402
 from aivitals.tsdb import Store  # noqa: E402
-from aivitals.validate import Recording, ValidateConfig, load_recordings  # noqa: E402
-from aivitals.validate._record import MIN_DIAGNOSIS_WINDOW  # noqa: E402
+from aivitals.validate import Recording, ValidateConfig, load_recordings, replay  # noqa: E402
 from aivitals.validate._runner import Poll, judge_polls, poll_times  # noqa: E402
 
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200" / "scenarios.csv"
@@ -243,7 +242,7 @@ def score_recording(rec: Recording) -> dict[str, Any]:
         row["top1"] = hit and layer_ok
         row["top3"] = hit
     if rec.kind != "soak":
-        _judge_polls(rec, row, diagnose_at, store)
+        _judge_polls(rec, row, store)
     row["seconds"] = round(time.perf_counter() - t0, 2)
     return row
 
@@ -268,35 +267,33 @@ def _unknown_matches(rec: Recording, store: Any, end: float) -> tuple[bool, bool
     return bool(set(top3) & set(rec.suspects)), ranking.top_layer == label["layer"], ranking
 
 
-def _judge_polls(rec: Recording, row: dict[str, Any], diagnose_at: Any, store: Any) -> None:
+def _judge_polls(rec: Recording, row: dict[str, Any], store: Any) -> None:
     """Replay validate's diagnosis polls over the fault phase and judge them with its rule
     (``judge_polls``): named at some poll and on every poll after (``stable``).
 
-    A one-time event (the fault table's ``event``: cold_start) is over before its phase
-    ends: validate passes a diagnosis that named it and then went quiet (nothing at high
-    confidence), so top1 counts that too (``top1_at_end`` keeps the answer at the end
-    alone). For every other kind top1 stays the answer at the end of the fault phase."""
+    A fault or a pair is replayed as validate polls it (``aivitals.validate.replay``: at
+    its recorded poll times, or the validate poll period for an older recording, through
+    the case's ``FindingMemory``); ``flips`` counts the top finding's changes after the
+    first correct poll. A one-time event (the fault table's ``event``: cold_start) is over
+    before its phase ends: validate passes a diagnosis that named it and then went quiet
+    (nothing at high confidence), so top1 counts that too (``top1_at_end`` keeps the
+    answer at the end alone). For every other kind top1 stays the answer at the end of
+    the fault phase."""
     label = rec.label
     quick = bool(label.get("quick"))
-    settings = label.get("diagnosis") or {}
-    least = float(settings.get("min_window_s", MIN_DIAGNOSIS_WINDOW))
-    t_base, t_fault = float(label["t_baseline"]), float(label["t_fault"])
+    t_fault = float(label["t_fault"])
     end, _ = rec.diagnosis_window()
-    expected = list(label["expected"])
     polls = []
-    for t in poll_times(t_fault, end, ValidateConfig(quick=quick)):
-        if rec.kind == "unknown":
+    if rec.kind == "unknown":
+        for t in poll_times(t_fault, end, ValidateConfig(quick=quick)):
             # the poll at the phase's end asks what score_recording already asked there
             matched = row["top1"] if t == end else all(_unknown_matches(rec, store, t)[:2])
             polls.append(Poll(t - t_fault, matched, "", quiet=False))
-            continue
-        d = diagnose_at(t, max(least, t - t_base))
-        if rec.kind == "pair":
-            matched = set(expected) <= {f.signature for f in d.findings[:3]}
-        else:
-            matched = _fault_matches(d, expected[0], label.get("layer"))
-        quiet = not any(f.confidence >= HIGH_CONFIDENCE for f in d.findings)
-        polls.append(Poll(t - t_fault, matched, "", quiet=quiet))
+    else:
+        replayed = replay(rec)
+        row["flips"] = replayed.flips
+        row["polls_timed"] = replayed.timed
+        polls = [Poll(p.after_s, p.matched, p.top, quiet=p.quiet) for p in replayed.polls]
     faults = [FAULT_TABLE.get(f) for f in label.get("faults", ())]
     event = rec.kind == "fault" and bool(faults) and all(i is not None and i.event for i in faults)
     verdict = judge_polls(polls, event)
@@ -353,6 +350,10 @@ def _recorded_figures(
         "heldout_stable": _share(held, "stable"),
         "tuning_stable": _share(tune, "stable"),
         "recorded_stable": _share(usable, "stable"),
+        # top-finding changes after the first correct poll, validate's polls replayed
+        # through the case's memory (every fault and pair recording)
+        "recorded_flips": sum(int(r.get("flips", 0)) for r in usable),
+        "recorded_flipping": sum(int(r.get("flips", 0)) > 0 for r in usable),
         "by_kind": {
             k: {"n": len(v), "top1": _share(v, "top1"), "top3": _share(v, "top3")}
             for k, v in kinds.items()
@@ -494,7 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"heldout_stable={_f(r['heldout_stable'])} recorded_stable={_f(r['recorded_stable'])} "
         f"tuning_top1={_f(r['tuning_top1'])} synthetic_top1={_f(top1)} "
         f"rank_top3={_f(r['rank_top3'])} recorded_excluded={r['recorded_excluded']} "
-        f"recorded_mb={r['recorded_mb']}"
+        f"recorded_mb={r['recorded_mb']} recorded_flips={r['recorded_flips']} "
+        f"recorded_flipping={r['recorded_flipping']}"
     )
     return 0
 
