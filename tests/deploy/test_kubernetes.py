@@ -189,12 +189,37 @@ def _check_servicemonitor(doc: dict[str, Any], services: list[dict[str, Any]]) -
     assert len(selected) == 1, "the selector must match exactly one Service"
     port_names = {p["name"] for p in selected[0]["spec"]["ports"]}
     endpoint_keys = {"port", "path", "interval", "scrapeTimeout", "relabelings", "scheme"}
+    endpoint_keys.add("honorLabels")
     for endpoint in spec["endpoints"]:
         assert set(endpoint) <= endpoint_keys, endpoint
         assert endpoint["port"] in port_names
+        assert isinstance(endpoint.get("honorLabels", False), bool)
         for relabel in endpoint.get("relabelings", []):
             assert set(relabel) <= {"sourceLabels", "targetLabel", "regex", "replacement", "action"}
-            assert relabel["targetLabel"] == "node"  # the dashboards' node variable
+            if relabel.get("action") == "labeldrop":
+                assert set(relabel) == {"action", "regex"}
+            else:
+                assert relabel["targetLabel"] == "node"  # the dashboards' node variable
+
+
+def test_the_agents_pod_labels_never_land_on_gpu_processes() -> None:
+    """The agent exports a GPU process's own namespace/pod/container: Prometheus keeps them
+    (honorLabels) and the target's, naming the agent's pod, are dropped, so a process
+    outside any pod is not attributed to the agent."""
+    import re
+
+    monitor = next(
+        d
+        for d in _documents()
+        if d["kind"] == "ServiceMonitor" and d["metadata"]["name"] == "aivitals-agent"
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    drops = [r["regex"] for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
+    for label in ("namespace", "pod", "container"):
+        assert any(re.fullmatch(rx, label) for rx in drops), label
+    for label in ("node", "instance", "job", "service", "endpoint"):
+        assert not any(re.fullmatch(rx, label) for rx in drops), label
 
 
 def test_crds_have_the_operator_structure() -> None:
