@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -314,3 +315,32 @@ def test_kustomize_builds_when_kubectl_is_here() -> None:
         for c in d["spec"]["template"]["spec"]["containers"]
     }
     assert images == {"aivitals-agent:0.1.0", "aivitals-example-service:0.1.0"}
+
+
+def test_the_documented_overlay_that_names_pods_validates() -> None:
+    """docs/deploy.md's patch (the kubelet's log directories, read-only, and
+    --kubelet-pods) applied to the DaemonSet: still valid, and its argument accepted."""
+    import re
+
+    from aivitals.agent import AgentConfig
+
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)
+    (patch_text,) = [b for b in blocks if "--kubelet-pods" in b]
+    ops = yaml.safe_load(textwrap.dedent(patch_text))
+    ds = next(d for d in _documents() if d["kind"] == "DaemonSet")
+    for op in ops:
+        assert op["op"] == "add" and op["path"].endswith("/-"), op
+        node: Any = ds
+        for part in op["path"].strip("/").split("/")[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node.append(op["value"])
+    for version in VERSIONS:
+        kv.validate(ds, version, strict=True)
+    agent = ds["spec"]["template"]["spec"]["containers"][0]
+    (arg,) = [a for a in agent["args"] if a.startswith("--kubelet-pods=")]
+    path = arg.partition("=")[2]
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts[path]["readOnly"] is True
+    assert mounts[str(Path(path).parent / "containers")]["readOnly"] is True
+    AgentConfig(kubelet_pods=path)  # accepted (the directory need not exist here)
