@@ -319,10 +319,12 @@ class PodResolver:
     """pid -> ``namespace``, ``pod``, ``container``, ``pod_uid`` labels, cached per process.
 
     ``proc_root`` is the ``/proc`` to read (a fixture tree in tests); ``source``
-    names pods (None: ``pod_uid`` only). ``count`` receives one reason per
-    failure: ``pod_pid_not_found`` (the pid is not in this ``/proc``: the agent
-    is not in the host PID namespace, or the process just exited),
-    ``pod_cgroup_unreadable``, ``pod_cgroup_malformed``, ``pod_source_error``.
+    names pods (None: ``pod_uid`` only). ``count`` receives a reason once per
+    process that gets no pod labels: ``pod_pid_not_found`` (the pid is not in
+    this ``/proc``: the agent is not in the host PID namespace, or the process
+    just exited), ``pod_cgroup_unreadable``, ``pod_cgroup_malformed``; and
+    ``pod_source_error`` per failed read of the source (the names of its last
+    good answer are kept).
 
     **Usage**::
 
@@ -462,4 +464,4 @@ class PodResolver:
         count(reason)
         if reason not in self._logged:
             self._logged.add(reason)
-            log.warning("%s (%s): no pod labels for that process; logged once", detail, reason)
+            log.warning("pod labels: %s (%s; counted, logged once per reason)", detail, reason)

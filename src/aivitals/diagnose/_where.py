@@ -68,6 +68,7 @@ def in_pod(labels: Mapping[str, str]) -> str:
         return f" in pod {ns}/{pod}" if ns else f" in pod {pod}"
     return f" in pod uid {uid}"
 
+
 _AGG = re.compile(
     r"\b(sum|min|max|avg|count|group|stddev|stdvar|topk|bottomk|quantile|count_values)\b"
     r"(?P<mod>\s*(?:by|without)\s*\([^()]*\))?\s*\("
