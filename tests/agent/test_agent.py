@@ -315,3 +315,26 @@ def test_collectors_without_sim_gpu_never_resolve_the_sim_dir(
 
     collectors = build_collectors(_config.AgentConfig(gpu="none", kernel_log=False))
     assert all("Gpu" not in type(c).__name__ for c in collectors)
+
+
+def test_the_gpu_collector_places_processes_in_pods(tmp_path: Path) -> None:
+    """Pod labels from the cgroups always; names only from the source --kubelet-pods gives."""
+    from aivitals.agent._build import build_collectors
+    from aivitals.collect import KubeletPodsFile
+    from aivitals.collect.gpu import GpuCollector
+
+    def gpu_of(config: AgentConfig) -> GpuCollector:
+        (gpu,) = [c for c in build_collectors(config) if isinstance(c, GpuCollector)]
+        return gpu
+
+    pods = Path(__file__).parents[1] / "collect" / "fixtures" / "pods" / "kubelet-pods.json"
+    sim = str(tmp_path)
+    named = gpu_of(
+        AgentConfig(gpu="sim", sim_gpu_dir=sim, kernel_log=False, kubelet_pods=str(pods))
+    )
+    assert named.pods is not None and isinstance(named.pods.source, KubeletPodsFile)
+    assert str(named.pods.proc_root) == "/proc"
+    plain = gpu_of(AgentConfig(gpu="sim", sim_gpu_dir=sim, kernel_log=False))
+    assert plain.pods is not None and plain.pods.source is None
+    with pytest.raises(ConfigError, match="ftp"):
+        AgentConfig(kubelet_pods="ftp://node/pods")

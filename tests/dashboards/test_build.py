@@ -26,6 +26,8 @@ VALUES = {
     "instance": ".*",
     "model": ".*",
     "gpu": ".*",
+    "namespace": ".*",
+    "pod": ".*",
     "__rate_interval": "1m",
     "datasource": "prometheus",
 }
@@ -113,7 +115,8 @@ def test_structure_grafana_relies_on(docs: dict[str, dict[str, Any]]) -> None:
         ids = [p["id"] for p in doc["panels"]]
         assert len(ids) == len(set(ids)), uid
         names = {v["name"] for v in doc["templating"]["list"]}
-        assert names == {"datasource", "node", "instance", "model", "gpu"}
+        pods = {"namespace", "pod"} if uid == "aivitals-gpu" else set()
+        assert names == {"datasource", "node", "instance", "model", "gpu"} | pods
         for panel in doc["panels"]:
             pos = panel["gridPos"]
             assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, (uid, panel["title"])

@@ -75,6 +75,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 def _results(url: str, docs: dict[str, dict[str, Any]], node: str) -> dict[tuple[str, str], Any]:
     values = {"node": node, "instance": ".*", "model": ".*", "gpu": ".*", "__rate_interval": "10s"}
+    values |= {"namespace": ".*", "pod": ".*"}
     now = time.time()
     out: dict[tuple[str, str], Any] = {}
     for doc in docs.values():

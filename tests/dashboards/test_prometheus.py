@@ -49,6 +49,9 @@ NO_DATA_HERE: dict[tuple[str, str], str] = {
     ("ECC errors and remapped rows", "B"): "the sim GPU does not model row remapping",
     ("PCIe throughput", "A"): "the sim GPU does not model PCIe; NVML and DCGM do",
     ("PCIe throughput", "B"): "as above, receive",
+    ("Memory per pod", "A"): "no GPU process runs in a Kubernetes pod here (test_pods.py "
+    "covers the labels on fixture /proc trees)",
+    ("Memory per pod", "B"): "as above, for a pod known by UID only",
 }
 #: Queries whose data depends on the machine the test runs on, not on aivitals.
 MAY_BE_EMPTY: dict[tuple[str, str], str] = {
@@ -222,6 +225,7 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(
 def _check(prom: str, docs: dict[str, dict[str, Any]]) -> None:
     now = time.time()
     values = {"node": ".*", "instance": ".*", "model": ".*", "gpu": ".*", "__rate_interval": "10s"}
+    values |= {"namespace": ".*", "pod": ".*"}
     empty: list[str] = []
     gained: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -268,6 +272,7 @@ def _check_aliases(prom: str, docs: dict[str, dict[str, Any]], now: float) -> No
     """node-2 is only the engine fixture: its panels carry our labels and units."""
     panels = {p["title"]: p for d in docs.values() for p in d["panels"]}
     node2 = {"node": "node-2", "instance": ".*", "model": ".*", "gpu": ".*"}
+    node2 |= {"namespace": ".*", "pod": ".*"}
     node2["__rate_interval"] = "10s"
 
     def one(title: str, ref: int = 0) -> list[Any]:

@@ -7,6 +7,7 @@ from aivitals.dashboards import absent_all, alternatives, families_in, render_va
 from aivitals.errors import ConfigError
 
 VALUES = {"node": ".*", "instance": ".*", "model": ".*", "gpu": ".*", "__rate_interval": "1m"}
+VALUES |= {"namespace": ".*", "pod": ".*"}
 
 
 def test_alternatives_follow_the_alias_table() -> None:
@@ -46,6 +47,9 @@ def test_variables_apply_only_to_families_with_the_label() -> None:
     assert "$model" not in series("gpu_utilization_ratio")
     assert 'gpu=~"$gpu"' in series("gpu_utilization_ratio")
     assert 'node=~"$node"' in series("host_load1")
+    # a GPU process's pod filters the per-process family only
+    assert 'namespace=~"$namespace", pod=~"$pod"' in series("gpu_process_memory_used_bytes")
+    assert "$pod" not in series("gpu_memory_used_bytes")
 
 
 def test_a_where_excluding_an_alias_label_drops_the_alias() -> None:

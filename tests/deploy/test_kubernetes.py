@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -189,12 +190,37 @@ def _check_servicemonitor(doc: dict[str, Any], services: list[dict[str, Any]]) -
     assert len(selected) == 1, "the selector must match exactly one Service"
     port_names = {p["name"] for p in selected[0]["spec"]["ports"]}
     endpoint_keys = {"port", "path", "interval", "scrapeTimeout", "relabelings", "scheme"}
+    endpoint_keys.add("honorLabels")
     for endpoint in spec["endpoints"]:
         assert set(endpoint) <= endpoint_keys, endpoint
         assert endpoint["port"] in port_names
+        assert isinstance(endpoint.get("honorLabels", False), bool)
         for relabel in endpoint.get("relabelings", []):
             assert set(relabel) <= {"sourceLabels", "targetLabel", "regex", "replacement", "action"}
-            assert relabel["targetLabel"] == "node"  # the dashboards' node variable
+            if relabel.get("action") == "labeldrop":
+                assert set(relabel) == {"action", "regex"}
+            else:
+                assert relabel["targetLabel"] == "node"  # the dashboards' node variable
+
+
+def test_the_agents_pod_labels_never_land_on_gpu_processes() -> None:
+    """The agent exports a GPU process's own namespace/pod/container: Prometheus keeps them
+    (honorLabels) and the target's, naming the agent's pod, are dropped, so a process
+    outside any pod is not attributed to the agent."""
+    import re
+
+    monitor = next(
+        d
+        for d in _documents()
+        if d["kind"] == "ServiceMonitor" and d["metadata"]["name"] == "aivitals-agent"
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    drops = [r["regex"] for r in endpoint["relabelings"] if r.get("action") == "labeldrop"]
+    for label in ("namespace", "pod", "container"):
+        assert any(re.fullmatch(rx, label) for rx in drops), label
+    for label in ("node", "instance", "job", "service", "endpoint"):
+        assert not any(re.fullmatch(rx, label) for rx in drops), label
 
 
 def test_crds_have_the_operator_structure() -> None:
@@ -289,3 +315,32 @@ def test_kustomize_builds_when_kubectl_is_here() -> None:
         for c in d["spec"]["template"]["spec"]["containers"]
     }
     assert images == {"aivitals-agent:0.1.0", "aivitals-example-service:0.1.0"}
+
+
+def test_the_documented_overlay_that_names_pods_validates() -> None:
+    """docs/deploy.md's patch (the kubelet's log directories, read-only, and
+    --kubelet-pods) applied to the DaemonSet: still valid, and its argument accepted."""
+    import re
+
+    from aivitals.agent import AgentConfig
+
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)
+    (patch_text,) = [b for b in blocks if "--kubelet-pods" in b]
+    ops = yaml.safe_load(textwrap.dedent(patch_text))
+    ds = next(d for d in _documents() if d["kind"] == "DaemonSet")
+    for op in ops:
+        assert op["op"] == "add" and op["path"].endswith("/-"), op
+        node: Any = ds
+        for part in op["path"].strip("/").split("/")[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node.append(op["value"])
+    for version in VERSIONS:
+        kv.validate(ds, version, strict=True)
+    agent = ds["spec"]["template"]["spec"]["containers"][0]
+    (arg,) = [a for a in agent["args"] if a.startswith("--kubelet-pods=")]
+    path = arg.partition("=")[2]
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts[path]["readOnly"] is True
+    assert mounts[str(Path(path).parent / "containers")]["readOnly"] is True
+    AgentConfig(kubelet_pods=path)  # accepted (the directory need not exist here)

@@ -6,7 +6,7 @@ import promql_parser
 import pytest
 
 from aivitals import signals
-from aivitals.diagnose import load_signatures, parse_signatures
+from aivitals.diagnose import Finding, load_signatures, parse_signatures
 from aivitals.diagnose._signatures import LAYERS
 from aivitals.errors import SignatureError
 
@@ -390,3 +390,45 @@ def test_a_busy_gpu_whose_gauge_dips_between_generations_has_no_room_for_a_qps_c
 
     assert capped(store([0.1])) > 0
     assert capped(store([0.9, 0.9, 0.0, 0.9, 0.3])) == 0.0
+
+
+# --- a pid's pod in the words of a finding ----------------------------------------------
+POD = {"namespace": "team-a", "pod": "llm-0", "container": "server", "pod_uid": "6f1c2b3a"}
+
+
+def _leak_with(labels: dict[str, str]) -> Finding:
+    """The corpus's GPU memory leak (pid 4242), its per-process series carrying ``labels``."""
+    from aivitals.diagnose import diagnose
+    from aivitals.tsdb import Store
+    from tests.diagnose import _corpus as corpus
+
+    sc = corpus.scenario("gpu_memory_leak", seed=5, duration=600.0)
+    store = Store(retention=7200.0)
+    for name, lab, ts, vals in corpus.samples(sc):
+        if name == "gpu_process_memory_used_bytes" and lab.get("pid") == "4242":
+            lab = {**lab, **labels}
+        for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+            store.append(name, lab, v, t)
+    d = diagnose(store, end=sc.end, window=600, events=sc.events)
+    top = d.findings[0]
+    assert top.signature == "gpu_memory_leak"
+    return top
+
+
+def test_a_finding_names_the_pod_of_its_pid() -> None:
+    top = _leak_with(POD)
+    assert top.title == "GPU memory leak in pid 4242 in pod team-a/llm-0 on GPU 0"
+    assert any("pid 4242 in pod team-a/llm-0 out of rotation" in s for s in top.stop_loss)
+    assert "py-spy dump --pid 4242" in top.commands  # commands keep the bare pid
+    assert {"namespace": "team-a", "pod": "llm-0", "pod_uid": "6f1c2b3a"}.items() <= (
+        top.where.items()
+    )
+
+
+def test_a_pod_known_by_uid_only_and_no_pod() -> None:
+    assert _leak_with({"pod_uid": "6f1c2b3a"}).title == (
+        "GPU memory leak in pid 4242 in pod uid 6f1c2b3a on GPU 0"
+    )
+    # a scrape's target labels name the scraped pod, not the pid's: no pod_uid, no pod
+    plain = _leak_with({"namespace": "monitoring", "pod": "aivitals-agent-x7k2p"})
+    assert plain.title == "GPU memory leak in pid 4242 on GPU 0"

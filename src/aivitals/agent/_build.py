@@ -7,7 +7,9 @@ from ..collect import (
     HostCollector,
     HTTPProbeCollector,
     KernelLogCollector,
+    PodResolver,
     ProcessCollector,
+    pod_source,
 )
 from ..collect.gpu import NvmlBackend, gpu_collector
 from ._config import AgentConfig
@@ -27,7 +29,11 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
     # The sim directory is resolved only for the sim backend: resolving it reads the
     # temp dir, which a read-only container root (the DaemonSet) may not have.
     sim_dir = config.sim_dir if config.gpu == "sim" else None
-    gpu = gpu_collector(config.gpu, sim_dir=sim_dir)
+    # pod labels from the processes' cgroups always (a local read); names only from a
+    # source the configuration gives
+    source = pod_source(config.kubelet_pods) if config.kubelet_pods else None
+    pods = PodResolver(proc_root=config.proc, source=source)
+    gpu = gpu_collector(config.gpu, sim_dir=sim_dir, pods=pods)
     if gpu is not None:
         out.append(gpu)
     if config.kernel_log:

@@ -58,6 +58,14 @@ __all__ = ["agent", "collectors"]
 @click.option(
     "--probe-timeout", help="Give up on a probe after this (default: 3/4 of the collector timeout)."
 )
+@click.option(
+    "--kubelet-pods",
+    envvar="AIVITALS_KUBELET_PODS",
+    metavar="FILE|DIR|URL",
+    help="Name the pods of GPU processes from the kubelet's /pods answer in a FILE, its log "
+    "directory DIR (/var/log/pods) or its read-only port URL (http://127.0.0.1:10255/pods). "
+    "Without it, a process in a pod gets its pod_uid label only.",
+)
 def agent(
     listen: str,
     allow_remote: bool,
@@ -74,6 +82,7 @@ def agent(
     no_kernel_log: bool,
     probes: tuple[str, ...],
     probe_timeout: str | None,
+    kubelet_pods: str | None,
 ) -> None:
     """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.
 
@@ -97,6 +106,7 @@ def agent(
         probe_timeout=(
             None if probe_timeout is None else parse_duration("probe-timeout", probe_timeout)
         ),
+        kubelet_pods=kubelet_pods or None,
     )
     run_until_signal(Agent(config))
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ..collect import Collector, check_netns
+from ..collect import Collector, check_netns, pod_source
 from ..collect.gpu import default_sim_dir
 from ..errors import ConfigError
 
@@ -95,7 +95,9 @@ class AgentConfig:
     ``netns`` are other network namespaces whose TCP counters and interfaces the host
     collector reads too (``ip netns`` names, globs over them, or ``/proc/<pid>/ns/net``
     files; needs root): where a container or a proxy in front of the service sends its
-    segments.
+    segments. ``kubelet_pods`` names the Kubernetes pods of GPU processes: the kubelet's
+    ``/pods`` answer in a file, its log directory (``/var/log/pods``) or its read-only
+    port's URL; without it a process in a pod carries its ``pod_uid`` only.
     """
 
     listen: str = "127.0.0.1:9464"
@@ -121,9 +123,12 @@ class AgentConfig:
     extra_collectors: Sequence[Collector] = field(default_factory=tuple)
     probes: Mapping[str, str] = field(default_factory=dict)
     probe_timeout: float | None = None
+    kubelet_pods: str | None = None
 
     def __post_init__(self) -> None:
         parse_listen(self.listen, allow_remote=self.allow_remote)
+        if self.kubelet_pods is not None:
+            pod_source(self.kubelet_pods)  # ConfigError for a URL that is not http(s)
         for key in ("interval", "scrape_interval", "scrape_timeout", "retention"):
             value = getattr(self, key)
             if not (isinstance(value, int | float) and value > 0):

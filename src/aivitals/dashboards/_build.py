@@ -1,9 +1,10 @@
 """Dashboard JSON through grafana-foundation-sdk, Grafana's official typed builder.
 
 The SDK is imported here only, when dashboards are built: ``import aivitals``
-never needs it. Each dashboard gets the same template variables (datasource,
-node, instance, model, gpu), a "Not collected" panel first, and the panels
-of its spec; thresholds come from the rule pack.
+never needs it. Each dashboard gets the template variables of its spec
+(datasource, node, instance, model, gpu; the GPU dashboard namespace and pod
+too), a "Not collected" panel first, and the panels of its spec; thresholds
+come from the rule pack.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ _PARSE_VALUES = {
     "instance": ".*",
     "model": ".*",
     "gpu": ".*",
+    "namespace": ".*",
+    "pod": ".*",
     "datasource": "prometheus",
     "__rate_interval": "1m",
     "__interval": "15s",
@@ -97,7 +100,7 @@ def _dashboard(spec: DashboardSpec, pack: RulePack) -> dict[str, Any]:
             .keep_time(True)
         )
     )
-    for variable in _variables(ds):
+    for variable in _variables(ds, spec.variables):
         builder = builder.with_variable(variable)
     next_id = 1
     families: set[str] = set()
@@ -125,18 +128,34 @@ def _dashboard(spec: DashboardSpec, pack: RulePack) -> dict[str, Any]:
     return doc
 
 
-def _variables(ds: Any) -> list[Any]:
+#: Every template variable a dashboard may name: its dropdown label and values query.
+_VARIABLES = {
+    "node": ("Node", "label_values(up, node)"),
+    "instance": ("Instance", 'label_values(up{node=~"$node"}, instance)'),
+    "model": ("Model", "label_values(model)"),
+    "gpu": ("GPU", 'label_values(gpu_memory_used_bytes{node=~"$node"}, gpu)'),
+    # the pods of GPU processes (the only series that carry them, see the catalogue)
+    "namespace": (
+        "Namespace",
+        'label_values(gpu_process_memory_used_bytes{node=~"$node"}, namespace)',
+    ),
+    "pod": (
+        "Pod",
+        'label_values(gpu_process_memory_used_bytes{node=~"$node", namespace=~"$namespace"}, pod)',
+    ),
+}
+
+
+def _variables(ds: Any, names: tuple[str, ...]) -> list[Any]:
     from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.models import dashboard as dm
 
+    unknown = [n for n in names if n not in _VARIABLES]
+    if unknown:
+        raise ConfigError(f"variables: {unknown} are not among {sorted(_VARIABLES)}")
     out: list[Any] = [db.DatasourceVariable("datasource").label("Data source").type("prometheus")]
-    queries = (
-        ("node", "Node", "label_values(up, node)"),
-        ("instance", "Instance", 'label_values(up{node=~"$node"}, instance)'),
-        ("model", "Model", "label_values(model)"),
-        ("gpu", "GPU", 'label_values(gpu_memory_used_bytes{node=~"$node"}, gpu)'),
-    )
-    for name, label, query in queries:
+    for name in names:
+        label, query = _VARIABLES[name]
         out.append(
             db.QueryVariable(name)
             .label(label)

@@ -39,13 +39,16 @@ FOREIGN_LABELS: dict[str, dict[str, str]] = {"vllm": {"model": "model_name"}}
 
 #: The dashboards' template variables and the label each filters. ``node`` and
 #: ``instance`` are target labels (set by the scrape config or the ServiceMonitor),
-#: so every series has them; ``model`` and ``gpu`` filter only the families whose
-#: catalogue entry carries that label, so picking a GPU never empties an HTTP panel.
+#: so every series has them; the others filter only the families whose catalogue
+#: entry carries that label, so picking a GPU never empties an HTTP panel.
+#: ``namespace`` and ``pod`` (the GPU dashboard's) are a GPU process's pod.
 VARIABLE_LABELS: dict[str, str] = {
     "node": "node",
     "instance": "instance",
     "model": "model",
     "gpu": "gpu",
+    "namespace": "namespace",
+    "pod": "pod",
 }
 _TARGET_LABELS = ("node", "instance")
 _SUFFIXES = ("_bucket", "_sum", "_count")

@@ -14,7 +14,7 @@ from typing import Literal
 
 from ._query import series
 
-__all__ = ["DASHBOARDS", "DashboardSpec", "PanelSpec", "RowSpec", "Target"]
+__all__ = ["COMMON_VARIABLES", "DASHBOARDS", "DashboardSpec", "PanelSpec", "RowSpec", "Target"]
 
 Kind = Literal["timeseries", "stat", "table", "heatmap", "text"]
 
@@ -55,6 +55,10 @@ class RowSpec:
     panels: tuple[PanelSpec, ...]
 
 
+#: The template variables every dashboard has (besides the data source).
+COMMON_VARIABLES = ("node", "instance", "model", "gpu")
+
+
 @dataclass(frozen=True, slots=True)
 class DashboardSpec:
     uid: str
@@ -62,6 +66,8 @@ class DashboardSpec:
     description: str
     rows: tuple[RowSpec, ...]
     tags: tuple[str, ...] = field(default=("aivitals",))
+    #: its template variables, in dropdown order (names of ``_build``'s variable table)
+    variables: tuple[str, ...] = COMMON_VARIABLES
 
 
 # --- query helpers ------------------------------------------------------------------------
@@ -473,11 +479,22 @@ QUEUE = DashboardSpec(
 # --- GPU ----------------------------------------------------------------------------------
 # GPU_I_ID: the MIG instance, as DCGM labels it (empty on a whole GPU)
 GPU_LEGEND = "{{node}} gpu {{gpu}} {{GPU_I_ID}}"
+PROCESS_MEMORY = "gpu_process_memory_used_bytes"
+
+
+def _pod_memory(by: str, where: dict[str, str]) -> str:
+    """Per-process GPU memory summed by ``by``: named pods (``pod`` set), pods known by
+    UID only (no kubelet source), processes outside any pod (no ``pod_uid``)."""
+    return f"sum by ({by}) ({series(PROCESS_MEMORY, where=where)})"
+
+
 GPU = DashboardSpec(
     uid="aivitals-gpu",
     title="aivitals / GPU",
-    description="Every GPU and every process on it: memory, utilization, power, clocks, "
-    "throttling, Xid, ECC. Series keep their own labels, so MIG instances stay separate.",
+    description="Every GPU and every process on it: memory (per process and per Kubernetes "
+    "pod), utilization, power, clocks, throttling, Xid, ECC. Series keep their own labels, "
+    "so MIG instances stay separate.",
+    variables=(*COMMON_VARIABLES, "namespace", "pod"),
     rows=(
         RowSpec(
             "Memory",
@@ -508,15 +525,35 @@ GPU = DashboardSpec(
                     "timeseries",
                     _q(
                         (
-                            series("gpu_process_memory_used_bytes"),
-                            "{{node}} gpu {{gpu}} {{process}} ({{pid}})",
+                            series(PROCESS_MEMORY),
+                            "{{node}} gpu {{gpu}} {{process}} ({{pid}}) {{namespace}} {{pod}}",
                         )
                     ),
                     unit="bytes",
                     alert="GPUProcessMemoryGrowth",
                     description="Device memory of each compute process (needs the agent in the "
-                    "host PID namespace: hostPID on Kubernetes). A leak is one line that only "
-                    "climbs.",
+                    "host PID namespace: hostPID on Kubernetes), with its pod when it runs in "
+                    "one. A leak is one line that only climbs.",
+                ),
+                PanelSpec(
+                    "Memory per pod",
+                    "timeseries",
+                    _q(
+                        (_pod_memory("namespace, pod", {"pod": "!"}), "{{namespace}}/{{pod}}"),
+                        (
+                            _pod_memory("pod_uid", {"pod": "", "pod_uid": "!"}),
+                            "pod {{pod_uid}} (unnamed)",
+                        ),
+                        (_pod_memory("node", {"pod_uid": ""}), "{{node}}: outside any pod"),
+                    ),
+                    unit="bytes",
+                    description="Device memory of each Kubernetes pod's compute processes, "
+                    "summed over its processes and GPUs. Attributed through each process's "
+                    "cgroup, so it splits time-sliced and MPS GPUs, which the kubelet's "
+                    "pod-resources cannot. A pod is named when the agent reads the kubelet's "
+                    "pods (--kubelet-pods); else it shows by UID (join pod_uid with "
+                    "kube_pod_info's uid). Processes outside any pod: one line per node.",
+                    width=24,
                 ),
             ),
         ),

@@ -42,6 +42,7 @@ from ._model import (
 from ._signatures import ROLES, EventEvidence, Evidence, Signature, load_signatures
 from ._where import (
     DIALECTS,
+    in_pod,
     localize,
     node_of,
     peer_outlier,
@@ -196,7 +197,7 @@ TOOLBOX = {
 
 _PLACEHOLDER = re.compile(
     r"\{(pid|gpu|port|device|route|interface|process|cache|queue|pool"
-    r"|instance|job|xid|model|check|reason|client)\}"
+    r"|instance|job|xid|model|check|reason|client|in_pod)\}"
 )
 _NAME = re.compile(r"\b([a-z_][a-z0-9_]*)\b")
 
@@ -1077,6 +1078,7 @@ def _labels_from(results: Sequence[EvidenceResult]) -> dict[str, str]:
 
 
 def _fill(text: str, labels: Mapping[str, str]) -> str:
+    labels = {**labels, "in_pod": in_pod(labels)}  # "" outside a pod: never "<in_pod>"
     return _PLACEHOLDER.sub(lambda m: labels.get(m.group(1), f"<{m.group(1)}>"), text)
 
 

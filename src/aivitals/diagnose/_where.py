@@ -20,6 +20,7 @@ import promql_parser
 __all__ = [
     "DIALECTS",
     "WHERE_KEYS",
+    "in_pod",
     "localize",
     "node_of",
     "peer_outlier",
@@ -30,7 +31,43 @@ __all__ = [
 ]
 
 #: Labels that say where: copied from the evidence onto a finding's ``where``.
-WHERE_KEYS = ("node", "instance", "job", "gpu", "uuid", "pid", "process", "model", "pod")
+WHERE_KEYS = (
+    "node",
+    "instance",
+    "job",
+    "gpu",
+    "uuid",
+    "pid",
+    "process",
+    "model",
+    "namespace",
+    "pod",
+    "pod_uid",
+)
+
+
+def in_pod(labels: Mapping[str, str]) -> str:
+    """`` in pod <namespace>/<pod>`` for a process the GPU collector placed in a Kubernetes
+    pod (`` in pod uid <uid>`` when the pod was not named), else "" (the ``{in_pod}`` of a
+    signature's text, after a ``{pid}``).
+
+    Only a label set with ``pod_uid``, which the GPU collector alone sets, names a pod:
+    the ``namespace`` and ``pod`` a scrape adds as target labels (the service's own pod)
+    say nothing about which pod a pid runs in.
+
+    >>> in_pod({"pid": "4242", "pod_uid": "6f1c", "namespace": "team-a", "pod": "llm-0"})
+    ' in pod team-a/llm-0'
+    >>> in_pod({"pid": "4242", "namespace": "team-a", "pod": "api-0"})
+    ''
+    """
+    uid = labels.get("pod_uid")
+    if not uid:
+        return ""
+    pod, ns = labels.get("pod"), labels.get("namespace")
+    if pod:
+        return f" in pod {ns}/{pod}" if ns else f" in pod {pod}"
+    return f" in pod uid {uid}"
+
 
 _AGG = re.compile(
     r"\b(sum|min|max|avg|count|group|stddev|stdvar|topk|bottomk|quantile|count_values)\b"

@@ -47,6 +47,8 @@ SIZE_BUCKETS = (100.0, 1e3, 1e4, 1e5, 2.5e5, 1e6, 1e7)
 HTTP = ("method", "route")
 MODEL_L = ("model", "model_version", "device")
 GPU = ("gpu", "backend")
+#: Set by the GPU collector on a process that runs in a Kubernetes pod; absent otherwise.
+POD = ("namespace", "pod", "container", "pod_uid")
 
 # name, type, unit, layer, labels, help  (buckets filled in below by unit/name)
 _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
@@ -411,8 +413,9 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         G,
         "bytes",
         MODEL,
-        (*GPU, "pid", "process"),
-        "Device memory used by one compute process.",
+        (*GPU, "pid", "process", *POD),
+        "Device memory used by one compute process; the pod labels only on a process in a "
+        "Kubernetes pod (pod_uid always there, the names when the kubelet's pods are read).",
     ),
     (
         "gpu_last_xid",

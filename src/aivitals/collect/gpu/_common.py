@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from ...signals import Sample
 from .._event import Event
 from .._health import BaseCollector
+from .._pods import PodResolver
 
 __all__ = ["CountError", "GpuBackend", "GpuCollector", "process_name"]
 
@@ -34,22 +35,28 @@ class GpuBackend(Protocol):
 class GpuCollector(BaseCollector):
     """Wraps a backend (``nvml``, ``smi``, ``sim``) as a collector named ``gpu``.
 
+    With ``pods``, every per-process series (``gpu_process_memory_used_bytes``)
+    of a process in a Kubernetes pod gets that pod's labels (see ``PodResolver``).
+
     **Usage**::
 
-        collector = GpuCollector(SimBackend(SimGPU("/tmp/sim")))
+        collector = GpuCollector(SimBackend(SimGPU("/tmp/sim")), pods=PodResolver())
         samples = list(collector.collect())
     """
 
     name = "gpu"
 
-    def __init__(self, backend: GpuBackend) -> None:
+    def __init__(self, backend: GpuBackend, *, pods: PodResolver | None = None) -> None:
         super().__init__()
         self.backend = backend
+        self.pods = pods
         self._events: list[Event] = []
         self._events_lock = threading.Lock()
 
     def _collect(self) -> Iterable[Sample]:
         samples = self.backend.read(self.count_error)
+        if self.pods is not None:
+            samples = self.pods.annotate(samples, self.count_error)
         events = self.backend.drain_events()
         if events:
             with self._events_lock:

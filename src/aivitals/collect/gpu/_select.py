@@ -5,21 +5,26 @@ from __future__ import annotations
 import shutil
 
 from ...errors import CollectorError, ConfigError
+from .._pods import PodResolver
 from ._common import GpuBackend, GpuCollector
 from ._sim import SimGPU, default_sim_dir
 
 __all__ = ["gpu_collector"]
 
 
-def gpu_collector(kind: str = "auto", *, sim_dir: str | None = None) -> GpuCollector | None:
+def gpu_collector(
+    kind: str = "auto", *, sim_dir: str | None = None, pods: PodResolver | None = None
+) -> GpuCollector | None:
     """The GPU collector for ``kind`` (``auto``, ``nvml``, ``smi``, ``sim``, ``none``).
 
     ``auto`` returns None on a machine without a GPU: a simulated GPU is only
-    ever used when asked for by name.
+    ever used when asked for by name. ``pods`` labels per-process series with
+    their Kubernetes pod.
 
     **Usage**::
 
         gpu_collector("sim", sim_dir="/tmp/aivitals-sim")
+        gpu_collector("auto", pods=PodResolver(source=KubeletPodsFile("/run/pods.json")))
     """
     backend: GpuBackend | None
     if kind == "none":
@@ -40,7 +45,7 @@ def gpu_collector(kind: str = "auto", *, sim_dir: str | None = None) -> GpuColle
         backend = _auto()
     else:
         raise ConfigError(f"gpu: {kind!r} is not one of auto, nvml, smi, sim, none")
-    return None if backend is None else GpuCollector(backend)
+    return None if backend is None else GpuCollector(backend, pods=pods)
 
 
 def _auto() -> GpuBackend | None:
