@@ -277,8 +277,8 @@ def _judge_polls(rec: Recording, row: dict[str, Any], store: Any) -> None:
     first correct poll. A one-time event (the fault table's ``event``: cold_start) is over
     before its phase ends: validate passes a diagnosis that named it and then went quiet
     (nothing at high confidence), so top1 counts that too (``top1_at_end`` keeps the
-    answer at the end alone). For every other kind top1 stays the answer at the end of
-    the fault phase."""
+    answer at the end alone). A fault's top1 is its last replayed poll (the end of the
+    phase, through the memory, as validate reads it); a pair's the bare answer there."""
     label = rec.label
     quick = bool(label.get("quick"))
     t_fault = float(label["t_fault"])
@@ -299,6 +299,9 @@ def _judge_polls(rec: Recording, row: dict[str, Any], store: Any) -> None:
     verdict = judge_polls(polls, event)
     row["stable"] = verdict.passed
     row["polls_agreed"] = f"{verdict.agreed}/{verdict.after}" if verdict.after else "0/0"
+    if rec.kind == "fault" and polls:
+        # validate's answer at the phase's end is its last poll, through the case's memory
+        row["top1"] = polls[-1].matched
     row["top1_at_end"] = row["top1"]
     if event and not row["top1"]:
         row["top1"] = verdict.passed and polls[-1].quiet
