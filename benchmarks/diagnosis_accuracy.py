@@ -302,6 +302,7 @@ def _judge_polls(rec: Recording, row: dict[str, Any], store: Any) -> None:
     if rec.kind == "fault" and polls:
         # validate's answer at the phase's end is its last poll, through the case's memory
         row["top1"] = polls[-1].matched
+        row["top3"] = row["top3"] or row["top1"]  # first in the held order is in its top three
     row["top1_at_end"] = row["top1"]
     if event and not row["top1"]:
         row["top1"] = verdict.passed and polls[-1].quiet

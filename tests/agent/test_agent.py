@@ -338,3 +338,19 @@ def test_the_gpu_collector_places_processes_in_pods(tmp_path: Path) -> None:
     assert plain.pods is not None and plain.pods.source is None
     with pytest.raises(ConfigError, match="ftp"):
         AgentConfig(kubelet_pods="ftp://node/pods")
+
+
+def test_the_agent_serves_its_own_diagnosis_with_memory() -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        memory = agent.serve_diagnosis(window=60.0, hold=16.0)
+        wait_for(lambda: agent.ready)
+        body = httpx.get(agent.url + "/api/v1/diagnosis", timeout=30).json()
+        assert body["status"] == "success"
+        data = body["data"]
+        assert data["end"] - data["start"] == pytest.approx(60.0)
+        assert "findings" in data and "unseen" in data
+        assert memory.hold == 16.0
+    with pytest.raises(ConfigError, match="window must be > 0"):
+        Agent(cfg()).serve_diagnosis(window=0.0)
+    with pytest.raises(StoreError):
+        Agent(cfg(exporter=True)).serve_diagnosis()

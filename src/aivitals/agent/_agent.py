@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..collect import BaseCollector, Collector, Event, Scraper, health_samples, reason_of
-from ..errors import ExpositionError, StoreError
+from ..errors import ConfigError, ExpositionError, StoreError
 from ..signals import Sample
 from ..tsdb import AppendStats, Store
 from ._build import build_collectors
@@ -108,6 +109,27 @@ class Agent:
     def set_diagnosis_provider(self, fn: Callable[[], Any]) -> None:
         """``fn()`` answers ``/api/v1/diagnosis``: an object with ``to_json()`` or a dict."""
         self.diagnosis_provider = fn
+
+    def serve_diagnosis(self, window: float = 900.0, hold: float | None = None) -> Any:
+        """Answer ``/api/v1/diagnosis`` with the diagnosis of this agent's own store over the
+        last ``window`` seconds (its events included), through one ``FindingMemory``: each
+        request is another look at the same service, so a finding that led keeps leading
+        until its evidence has been gone for ``hold`` (default: two minutes). Returns the
+        memory."""
+        from ..diagnose import FindingMemory, diagnose
+
+        store = self.store  # StoreError in exporter mode: nothing to diagnose
+        if not (math.isfinite(window) and window > 0):
+            raise ConfigError(f"serve_diagnosis: window must be > 0 seconds, got {window!r}")
+        memory = FindingMemory(hold)
+
+        def latest() -> Any:
+            end = time.time()
+            d = diagnose(store, end=end, window=window, events=self.events(end - window, end))
+            return memory.update(d)
+
+        self.diagnosis_provider = latest
+        return memory
 
     def events(self, start: float | None = None, end: float | None = None) -> list[Event]:
         """Kernel-log and GPU events seen so far (for the diagnosis), oldest first."""

@@ -108,7 +108,10 @@ def agent(
         ),
         kubelet_pods=kubelet_pods or None,
     )
-    run_until_signal(Agent(config))
+    the_agent = Agent(config)
+    if not config.exporter:
+        the_agent.serve_diagnosis()  # /api/v1/diagnosis: its own store, with memory
+    run_until_signal(the_agent)
 
 
 def _probes(given: tuple[str, ...]) -> dict[str, str]:
