@@ -207,6 +207,10 @@ class _WSGIExchange(_Record):
         if self.closed:
             return
         self.closed = True
+        if not self.ended and not self.response_done and self.exception is None:
+            # the server stopped before the end: the client went away mid-response.
+            # Said first, so abort hooks reach work that outlives the iterable's close.
+            self.client_gone()
         token = REQUEST_STATE.set(self)
         try:
             close = getattr(self.result, "close", None)
@@ -217,11 +221,7 @@ class _WSGIExchange(_Record):
             raise
         finally:
             REQUEST_STATE.reset(token)
-            if not self.ended:
-                if not self.response_done and self.exception is None:
-                    # the server stopped before the end: the client went away mid-response
-                    self.client_gone()
-                self.end()
+            self.end()
 
     def end(self) -> None:
         """The request is over: the last byte went to the server, or it failed, or was cut."""
