@@ -20,6 +20,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import Token
 from time import perf_counter
 from typing import Any
 
@@ -27,7 +28,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from ..errors import ConfigError
 from ._config import InstrumentConfig
-from ._context import REQUEST_STATE
+from ._context import REQUEST_STATE, RequestState
 from ._exposition import metrics_wsgi_app
 from ._fast import FOLD_AT, PENDING, fold_pending
 from ._labels import CardinalityGuard
@@ -110,6 +111,7 @@ class _WSGIExchange(_Record):
     chunks = 0
     closed = False
     ended = False
+    token: Token[RequestState | None] | None = None
     exception: BaseException | None = None
     iterator: Iterator[bytes] | None = None
     result: Iterable[bytes] = ()
@@ -185,9 +187,6 @@ class _WSGIExchange(_Record):
         iterator = self.iterator
         if iterator is None:
             iterator = self.iterator = iter(self.result)
-        # a streamed body runs the app's code here: its model calls and log
-        # lines belong to the request, as inside __call__
-        token = REQUEST_STATE.set(self)
         try:
             chunk = next(iterator)
         except StopIteration:
@@ -198,8 +197,6 @@ class _WSGIExchange(_Record):
             self.failed(exc)
             self.end()
             raise
-        finally:
-            REQUEST_STATE.reset(token)
         self.sent(chunk)
         return chunk
 
@@ -211,7 +208,6 @@ class _WSGIExchange(_Record):
             # the server stopped before the end: the client went away mid-response.
             # Said first, so abort hooks reach work that outlives the iterable's close.
             self.client_gone()
-        token = REQUEST_STATE.set(self)
         try:
             close = getattr(self.result, "close", None)
             if close is not None:
@@ -220,8 +216,18 @@ class _WSGIExchange(_Record):
             self.failed(exc)
             raise
         finally:
-            REQUEST_STATE.reset(token)
             self.end()
+            self.unbind()
+
+    def unbind(self) -> None:
+        """Take the request's state off the thread (bound from the call to the close)."""
+        token = self.token
+        if token is not None:
+            self.token = None
+            try:
+                REQUEST_STATE.reset(token)
+            except (ValueError, RuntimeError):
+                pass  # closed in another context than it began in: nothing of ours is bound here
 
     def end(self) -> None:
         """The request is over: the last byte went to the server, or it failed, or was cut."""
@@ -327,16 +333,18 @@ class AivitalsWSGIMiddleware(_RouteTable):
         elif ex.logging_on:
             ex.body_done = True  # nothing to receive: received at once
             ex.log_received()
-        token = REQUEST_STATE.set(ex)
+        # Bound until the server closes the response, not only for this call: a
+        # streamed body runs the app's code while the server iterates it, and its
+        # model calls and log lines belong to the request.
+        ex.token = REQUEST_STATE.set(ex)
         try:
             ex.result = self.app(environ, ex.start_response)
         except BaseException as exc:
             # record, then re-raise: the server answers 500 or closes, as without us
             ex.failed(exc)
             ex.end()
+            ex.unbind()
             raise
-        finally:
-            REQUEST_STATE.reset(token)
         return ex
 
     def _finish(self, ex: _WSGIExchange) -> None:
