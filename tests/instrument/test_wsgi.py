@@ -107,6 +107,30 @@ def test_raw_app_exception_is_recorded_then_reraised() -> None:
     assert value(reg, "http_requests_in_flight", **labels) == 0
 
 
+def test_a_model_error_that_leaves_the_app_is_a_server_error_with_its_code(
+    tmp_path: Path,
+) -> None:
+    reg = CollectorRegistry()
+
+    def app(env: Environ, start_response: Callable[..., Any]) -> Iterable[bytes]:
+        with aivitals.inference(model="toy", version="v1", registry=reg):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    wrapped = instrument_wsgi(app, registry=reg, routes=["/g"])
+    path = tmp_path / "svc.jsonl"
+    writer = configure_logging(path, registry=reg)
+    try:
+        with pytest.raises(RuntimeError):
+            call(wrapped, environ(path="/g"))
+    finally:
+        writer.stop()
+    labels = {"method": "GET", "route": "/g"}
+    assert value(reg, "http_server_errors_total", exception="RuntimeError", **labels) == 1
+    responded = [json.loads(x) for x in path.read_text().splitlines()][-1]
+    assert responded["event"] == "responded" and responded["status"] == 500
+    assert responded["error_code"] == "CUDA_OOM"  # the model call's code, not a generic one
+
+
 def test_a_streamed_body_runs_inside_the_request(tmp_path: Path) -> None:
     reg = CollectorRegistry()
     app = instrument_wsgi(flask_app(reg), registry=reg)

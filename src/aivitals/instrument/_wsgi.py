@@ -113,6 +113,8 @@ class _WSGIExchange(_Record):
     ended = False
     token: Token[RequestState | None] | None = None
     exception: BaseException | None = None
+    #: the exception was the app's (counted in http_server_errors_total), not a disconnect
+    server_error = False
     iterator: Iterator[bytes] | None = None
     result: Iterable[bytes] = ()
 
@@ -244,6 +246,7 @@ class _WSGIExchange(_Record):
             self.client_gone()  # the app failed because the client left
             self.error_code = self.error_code or "CLIENT_DISCONNECT"
         else:
+            self.server_error = True
             self.status = self.status or 500
             self.error_code = self.error_code or "INTERNAL"
 
@@ -351,7 +354,7 @@ class AivitalsWSGIMiddleware(_RouteTable):
         seconds = perf_counter() - ex.start
         children = ex.children
         exc = ex.exception
-        if exc is not None and ex.error_code == "INTERNAL":
+        if exc is not None and ex.server_error:
             name = self._guard.fold("http_server_errors_total", "exception", type(exc).__name__)
             self._errors.labels(*children.labels, name).inc()
         status = ex.status or _CLIENT_CLOSED
