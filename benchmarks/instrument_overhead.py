@@ -38,11 +38,19 @@ Variants: bare, prometheus-fastapi-instrumentator, starlette-exporter,
 OpenTelemetry FastAPI instrumentation, aivitals metrics (+ request id + body
 size), aivitals full (+ received/responded JSON lines written to a file).
 
+4. WSGI, in-process: the same POST endpoint as a Flask app, bare, with
+   ``instrument_wsgi`` (metrics, and full with the JSON lines) and with
+   prometheus-flask-exporter (grouped by route, as aivitals labels), each
+   called directly (environ, start_response, iterate, close) in interleaved
+   blocks, as the ASGI micro part does (``wsgi_*`` and ``flask_exporter_*``
+   keys; ``--wsgi-only`` runs this part alone and merges it into the JSON).
+
 Run: ``.venv/bin/python benchmarks/instrument_overhead.py``. Ends with
 ``RESULT metrics_us=... full_us=... instrumentator_us=... starlette_exporter_us=...
-otel_us=... full_throughput_ratio=...`` (the headline overheads are the
-shared-core pairs; ``seq_*``: the passes seconds apart, ``cpu_*``: their
-server CPU, ``micro_*``: in-process)
+otel_us=... full_throughput_ratio=... wsgi_metrics_us=... wsgi_full_us=...
+flask_exporter_us=...`` (the headline overheads are the shared-core pairs;
+``seq_*``: the passes seconds apart, ``cpu_*``: their server CPU, ``micro_*``:
+in-process; the WSGI figures are in-process)
 and writes ``benchmarks/results/instrument_overhead.json``.
 """
 
@@ -81,6 +89,7 @@ VARIANTS = (
     "aivitals_metrics",
     "aivitals_full",
 )
+WSGI_VARIANTS = ("wsgi_bare", "wsgi_metrics", "wsgi_full", "flask_exporter")
 BODY = b'{"prompt": "hello world, how are you today?"}'
 LUA = f"""wrk.method = "POST"
 wrk.body = '{BODY.decode()}'
@@ -235,6 +244,145 @@ def micro_benchmark(blocks: int, calls: int) -> dict[str, dict[str, float]]:
             "min_overhead_us": (min(times[v]) - min(times["bare"])) * 1e6,
         }
     return out
+
+
+# ---- WSGI, in-process ------------------------------------------------------------------
+ENVIRON = {
+    "REQUEST_METHOD": "POST",
+    "PATH_INFO": "/echo",
+    "SCRIPT_NAME": "",
+    "QUERY_STRING": "",
+    "SERVER_NAME": "t",
+    "SERVER_PORT": "80",
+    "SERVER_PROTOCOL": "HTTP/1.1",
+    "HTTP_HOST": "t",
+    "CONTENT_TYPE": "application/json",
+    "CONTENT_LENGTH": str(len(BODY)),
+    "wsgi.version": (1, 0),
+    "wsgi.url_scheme": "http",
+    "wsgi.multithread": False,
+    "wsgi.multiprocess": False,
+    "wsgi.run_once": False,
+}
+
+
+def build_wsgi_app(variant: str, log_dir: str) -> tuple[Any, Any]:
+    """The Flask app of one WSGI variant (its own registry), and its log writer or None."""
+    from flask import Flask, request
+    from prometheus_client import CollectorRegistry
+
+    app = Flask(f"bench_{variant}", static_folder=None)
+    registry = CollectorRegistry()
+    writer = None
+
+    @app.post("/echo")
+    def echo() -> dict[str, int]:
+        return {"n": len(request.get_data())}
+
+    if variant == "flask_exporter":
+        from prometheus_flask_exporter import PrometheusMetrics
+
+        PrometheusMetrics(app, registry=registry, group_by="url_rule")
+    elif variant in ("wsgi_metrics", "wsgi_full"):
+        import aivitals
+
+        full = variant == "wsgi_full"
+        aivitals.instrument_wsgi(app, lifecycle_logs=full, registry=registry)
+        if full:
+            path = os.path.join(log_dir, f"aivitals-wsgi-bench-{os.getpid()}.jsonl")
+            writer = aivitals.instrument.configure_logging(path, registry=registry)
+    elif variant != "wsgi_bare":
+        raise SystemExit(f"unknown variant {variant!r}")
+    return app, writer
+
+
+def _wsgi_call(app: Any) -> int:
+    """One request as a WSGI server makes it: call, iterate the body, close."""
+    import io
+
+    status = 0
+
+    def start_response(line: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        nonlocal status
+        status = int(line[:3])
+        return None
+
+    environ = dict(ENVIRON)
+    environ["wsgi.input"] = io.BytesIO(BODY)
+    environ["wsgi.errors"] = sys.stderr
+    result = app(environ, start_response)
+    try:
+        for _ in result:
+            pass
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    return status
+
+
+def _wsgi_block(app: Any, writer: Any, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        _wsgi_call(app)
+    if writer is not None:
+        writer.flush()  # the formatting and writing the background thread would do
+    return (time.perf_counter() - t0) / calls
+
+
+def wsgi_micro_benchmark(blocks: int, calls: int) -> dict[str, dict[str, float]]:
+    """Overhead per request of each WSGI variant over the bare Flask app, in-process.
+
+    Run after the ASGI part has stopped its log writer: two writers on the
+    ``aivitals`` loggers at once would push both off their direct lane.
+    """
+    log_dir = tempfile.mkdtemp(prefix="aivitals-wsgi-micro-")
+    apps = {v: build_wsgi_app(v, log_dir) for v in WSGI_VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in WSGI_VARIANTS}
+    try:
+        for variant, (app, writer) in apps.items():
+            status = _wsgi_call(app)
+            if status != 200:
+                raise SystemExit(f"{variant}: the endpoint answered {status}, not 200")
+            _wsgi_block(app, writer, 300)  # warm up
+        for b in range(blocks):
+            shift = b % len(WSGI_VARIANTS)
+            for variant in WSGI_VARIANTS[shift:] + WSGI_VARIANTS[:shift]:
+                times[variant].append(_wsgi_block(*apps[variant], calls))
+    finally:
+        for _, writer in apps.values():
+            if writer is not None:
+                writer.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)
+    out = {}
+    for v in WSGI_VARIANTS:
+        diffs = [(x - b) * 1e6 for x, b in zip(times[v], times["wsgi_bare"], strict=True)]
+        out[v] = {
+            "us_per_request": statistics.median(times[v]) * 1e6,
+            "overhead_us": statistics.median(diffs),
+            "min_overhead_us": (min(times[v]) - min(times["wsgi_bare"])) * 1e6,
+        }
+    return out
+
+
+def wsgi_result(wsgi: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The RESULT keys of the WSGI part."""
+    names = {"wsgi_metrics": "wsgi_metrics", "wsgi_full": "wsgi_full"}
+    names["flask_exporter"] = "flask_exporter"
+    out = {f"{k}_us": round(wsgi[v]["overhead_us"], 2) for k, v in names.items()}
+    out |= {f"{k}_min_us": round(wsgi[v]["min_overhead_us"], 2) for k, v in names.items()}
+    return out
+
+
+def print_wsgi(wsgi: dict[str, dict[str, float]]) -> None:
+    head = f"{'WSGI variant':22s} {'us/request':>11s} {'overhead us':>12s}"
+    print(f"\n{head} {'min-block overhead':>19s}")
+    for v in WSGI_VARIANTS:
+        m = wsgi[v]
+        print(
+            f"{v:22s} {m['us_per_request']:11.1f} {m['overhead_us']:12.1f} "
+            f"{m['min_overhead_us']:19.1f}"
+        )
 
 
 # ---- HTTP measurement -------------------------------------------------------------------
@@ -444,6 +592,11 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=40, help="in-process blocks per variant")
     parser.add_argument("--calls", type=int, default=500, help="in-process calls per block")
     parser.add_argument("--skip-http", action="store_true", help="micro only (no JSON written)")
+    parser.add_argument(
+        "--wsgi-only",
+        action="store_true",
+        help="only the in-process WSGI part; its figures are merged into the results JSON",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--log-dir", default=tempfile.gettempdir(), help=argparse.SUPPRESS)
@@ -453,6 +606,9 @@ def main() -> None:
         return
     if args.rounds < 3:
         raise SystemExit("--rounds must be at least 3")
+    if args.wsgi_only:
+        wsgi_only(args.blocks, args.calls)
+        return
     print(f"in-process: {args.blocks} interleaved blocks x {args.calls} direct ASGI calls")
     micro = micro_benchmark(args.blocks, args.calls)
     print(f"\n{'variant':22s} {'us/request':>11s} {'overhead us':>12s} {'min-block overhead':>19s}")
@@ -462,6 +618,9 @@ def main() -> None:
             f"{v:22s} {m['us_per_request']:11.1f} {m['overhead_us']:12.1f} "
             f"{m['min_overhead_us']:19.1f}"
         )
+    print(f"\nin-process: {args.blocks} interleaved blocks x {args.calls} direct WSGI calls")
+    wsgi = wsgi_micro_benchmark(args.blocks, args.calls)
+    print_wsgi(wsgi)
     if args.skip_http:
         return
     print(
@@ -504,11 +663,13 @@ def main() -> None:
     result |= {f"cpu_{k}_us": round(http[v]["cpu_overhead_us"], 2) for k, v in names.items()}
     result |= {f"micro_{k}_us": round(micro[v]["overhead_us"], 2) for k, v in names.items()}
     result |= {f"micro_min_{k}_us": round(micro[v]["min_overhead_us"], 2) for k, v in names.items()}
+    result |= wsgi_result(wsgi)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "result": result,
         "http": http,
         "micro": micro,
+        "wsgi": wsgi,
         "shared_core": shared,
         "config": {
             "rounds": args.rounds,
@@ -526,6 +687,28 @@ def main() -> None:
     }
     RESULTS.write_text(json.dumps(document, indent=2) + "\n")
     print("\nRESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
+
+
+def wsgi_only(blocks: int, calls: int) -> None:
+    """The WSGI part alone, its figures merged into the results of the last full run."""
+    print(f"in-process: {blocks} interleaved blocks x {calls} direct WSGI calls")
+    wsgi = wsgi_micro_benchmark(blocks, calls)
+    print_wsgi(wsgi)
+    figures = wsgi_result(wsgi)
+    document: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    document.setdefault("result", {}).update(figures)
+    document["wsgi"] = wsgi
+    # said in the file: these figures come from a later run than the rest of it
+    document.setdefault("config", {}).update(
+        {
+            "wsgi_blocks": blocks,
+            "wsgi_calls": calls,
+            "wsgi_separate_run_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    print("\nRESULT " + " ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ The base package is light: importing it loads neither numpy nor torch.
 
     import aivitals
     app = aivitals.instrument(app)                  # FastAPI/Starlette or any ASGI app
+    app = aivitals.instrument_wsgi(app)             # Flask, Django or any WSGI app
     with aivitals.inference(model="m", version="v3.2.1", input_ids=ids) as call:
         call.output_ids(model(ids))
 
@@ -48,6 +49,7 @@ from .instrument import (
     abort_request,
     configure_logging,
     inference,
+    instrument_wsgi,
     model_load,
     timed_inference,
 )
@@ -89,6 +91,7 @@ __all__ = [
     "configure_logging",
     "inference",
     "instrument",
+    "instrument_wsgi",
     "model_load",
     "timed_inference",
 ]

@@ -1,4 +1,4 @@
-"""``/metrics`` as a tiny ASGI app, single-process or multiprocess.
+"""``/metrics`` as a tiny ASGI or WSGI app, single-process or multiprocess.
 
 With ``PROMETHEUS_MULTIPROC_DIR`` set (``uvicorn --workers N``, gunicorn),
 every worker writes its values to files there and any worker answers a scrape
@@ -24,10 +24,11 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from .. import signals
 from ._metrics import multiprocess_dir
 
-__all__ = ["WorkerProcessCollector", "mark_worker_dead", "metrics_app"]
+__all__ = ["WorkerProcessCollector", "mark_worker_dead", "metrics_app", "metrics_wsgi_app"]
 
 Scope = MutableMapping[str, Any]
 ASGI = Callable[[Scope, Any, Any], Awaitable[None]]
+WSGI = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 _PID_IN_NAME = re.compile(r"_(\d+)\.db$")
 
@@ -177,3 +178,29 @@ def mark_worker_dead(pid: int, path: str | None = None) -> None:
     directory = path or multiprocess_dir()
     if directory:
         multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+
+
+def metrics_wsgi_app(*, registry: CollectorRegistry | None = REGISTRY) -> WSGI:
+    """``metrics_app``'s WSGI twin: every GET or HEAD answered with the exposition.
+
+    **Usage**::
+
+        from werkzeug.middleware.dispatcher import DispatcherMiddleware
+        app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {
+            "/metrics": aivitals.instrument.metrics_wsgi_app()})
+    """
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD")
+        if method not in ("GET", "HEAD"):
+            body = b"method not allowed\n"
+            headers = [("Content-Type", "text/plain; charset=utf-8"), ("Allow", "GET, HEAD")]
+            start_response("405 Method Not Allowed", [*headers, ("Content-Length", str(len(body)))])
+            return [body]
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+        body = encoder(_scrape_registry(registry))
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+        start_response("200 OK", headers)
+        return [body if method == "GET" else b""]
+
+    return app

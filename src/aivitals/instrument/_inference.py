@@ -400,9 +400,10 @@ class InferenceCall:
 
     def _record_error(self, children: _ModelChildren, exc: BaseException) -> None:
         model = children.model
-        if isinstance(exc, InferenceAborted) or (
-            self.abort_reason is not None and isinstance(exc, asyncio.CancelledError)
-        ):
+        # an aborted call ends as the abort itself, or as its task's cancellation, or
+        # (a WSGI body closed by the server when the client left) its generator's close
+        stopped = isinstance(exc, asyncio.CancelledError | GeneratorExit)
+        if isinstance(exc, InferenceAborted) or (self.abort_reason is not None and stopped):
             reason = str(self.abort_reason or getattr(exc, "reason", "timeout"))
             children.aborts.labels(model, reason).inc()
             self.error_code = _ABORT_CODES.get(reason, "TIMEOUT")

@@ -56,6 +56,9 @@ def family(name: str, registry: CollectorRegistry | None = REGISTRY) -> Any:
         cache = _UNREGISTERED if registry is None else _BY_REGISTRY.setdefault(registry, {})
         metric = cache.get(name)
         if metric is None:
+            from ._multiprocess import ensure_multiprocess
+
+            ensure_multiprocess()  # a multi-worker gunicorn: files before the first metric
             metric = _build(name, registry)
             cache[name] = metric
         return metric

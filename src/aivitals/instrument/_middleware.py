@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from ..errors import ConfigError
 from ._abort import abort_request
 from ._config import InstrumentConfig
 from ._context import REQUEST_STATE, RequestState
@@ -111,14 +112,13 @@ class _RouteChildren:
         self.lean = (self.in_flight, self.body, self.response) if lean else None
 
 
-class _Exchange(RequestState):
-    """One request: its ``RequestState``, and the wrapped receive/send.
+class _Record(RequestState):
+    """One request as the metrics and log lines see it, whatever the server protocol.
 
-    ``receive``/``send`` are methods of this one object rather than closures,
-    which would allocate a function and a cell per captured variable for every
-    request. Rarely read flags default at class level (no ``__slots__``), so a
-    request without lifecycle logs stores eleven attributes at creation, not
-    twenty-two.
+    The ASGI exchange below and the WSGI one (``_wsgi.py``) add their
+    plumbing. Rarely read flags default at class level (no ``__slots__``), so
+    a request without lifecycle logs stores eleven attributes at creation,
+    not twenty-two.
     """
 
     body_bytes = 0
@@ -131,6 +131,71 @@ class _Exchange(RequestState):
     response_done = False
     #: the log writer's direct lane (None: through a LogRecord); False until looked up
     lane: Any = False
+    children: _RouteChildren
+    abort_on_disconnect = True
+
+    def client_gone(self) -> None:
+        if self.disconnected or self.response_done:
+            return
+        self.disconnected = True
+        self.children.disconnects.inc()
+        if self.abort_on_disconnect and self.request_id:
+            abort_request(self.request_id, "client_disconnect")
+
+    def log_received(self) -> None:
+        self.received_logged = True
+        # body_complete: false when the app read only part of the body
+        complete = self.body_done or not self.body_bytes
+        self.log((self.children.lines, 0, self.context(), time(), self.body_bytes, complete))
+
+    def log_responded(self, status: int, seconds: float) -> None:
+        if not self.received_logged:
+            self.log_received()
+        # milliseconds to the microsecond; float arithmetic, as round(x, 3)
+        # costs a quarter of a microsecond each
+        self.log(
+            (
+                self.children.lines,
+                1,
+                self.context(),
+                time(),
+                status,
+                (seconds * 1e6 + 0.5) // 1 / 1000,
+                (self.gpu_time * 1e6 + 0.5) // 1 / 1000,
+                self.response_bytes,
+                self.disconnected and not self.response_done,
+            )
+        )
+
+    def context(self) -> tuple[Any, ...]:
+        return (
+            self.request_id,
+            self.model_version,
+            self.input_token_count,
+            self.gpu_device_id,
+            self.error_code,
+        )
+
+    def log(self, item: tuple[Any, ...]) -> None:
+        # a RequestLines tuple: straight into the writer's buffer when it is
+        # the only handler (looked up once per request), else through log_event
+        lane = self.lane
+        if lane is False:
+            lane = self.lane = fast_lane(LIFECYCLE)
+        if lane is None:
+            _, event, _, fields, _ = self.children.lines.event(item)
+            log_event(event, fields)
+        else:
+            lane.push(item)
+
+
+class _Exchange(_Record):
+    """One ASGI request: its record, and the wrapped receive/send.
+
+    ``receive``/``send`` are methods of this one object rather than closures,
+    which would allocate a function and a cell per captured variable for every
+    request.
+    """
 
     def __init__(
         self,
@@ -199,62 +264,50 @@ class _Exchange(RequestState):
             self.client_gone()
             raise
 
-    def client_gone(self) -> None:
-        if self.disconnected or self.response_done:
-            return
-        self.disconnected = True
-        self.children.disconnects.inc()
-        if self.abort_on_disconnect and self.request_id:
-            abort_request(self.request_id, "client_disconnect")
 
-    def log_received(self) -> None:
-        self.received_logged = True
-        # body_complete: false when the app read only part of the body
-        complete = self.body_done or not self.body_bytes
-        self.log((self.children.lines, 0, self.context(), time(), self.body_bytes, complete))
+class _RouteTable:
+    """The labelled children of every (method, route), shared by the ASGI and WSGI middleware."""
 
-    def log_responded(self, status: int, seconds: float) -> None:
-        if not self.received_logged:
-            self.log_received()
-        # milliseconds to the microsecond; float arithmetic, as round(x, 3)
-        # costs a quarter of a microsecond each
-        self.log(
-            (
-                self.children.lines,
-                1,
-                self.context(),
-                time(),
-                status,
-                (seconds * 1e6 + 0.5) // 1 / 1000,
-                (self.gpu_time * 1e6 + 0.5) // 1 / 1000,
-                self.response_bytes,
-                self.disconnected and not self.response_done,
-            )
+    _children: dict[tuple[str, str], _RouteChildren]
+    _families: dict[str, Any]
+    _guard: CardinalityGuard
+    _special: set[str] | frozenset[str]
+
+    def _new_children(self, method: str, route: str) -> _RouteChildren:
+        # first request of this (method, route): the raw pair maps onto the
+        # children of the normalised pair, kept under both keys after this
+        raw = (method, route)
+        if method not in _METHODS:
+            method = OTHER
+        if route != UNMATCHED:
+            route = self._guard.fold(_DURATION, "route", route)
+        children = self._children.get((method, route))
+        if children is None:
+            children = _RouteChildren(self._families, method, route)
+            self._children[(method, route)] = children
+        if len(self._children) < _MAX_CHILD_KEYS:
+            self._children[raw] = children
+        return children
+
+    def _duration_child(self, children: _RouteChildren, status: int) -> Any:
+        code = status if 100 <= status <= 599 else 0
+        child = self._families[_DURATION].labels(
+            *children.labels, f"{code // 100}xx" if code else "other", str(code or OTHER)
         )
+        children.durations[status] = child
+        return child
 
-    def context(self) -> tuple[Any, ...]:
-        return (
-            self.request_id,
-            self.model_version,
-            self.input_token_count,
-            self.gpu_device_id,
-            self.error_code,
-        )
-
-    def log(self, item: tuple[Any, ...]) -> None:
-        # a RequestLines tuple: straight into the writer's buffer when it is
-        # the only handler (looked up once per request), else through log_event
-        lane = self.lane
-        if lane is False:
-            lane = self.lane = fast_lane(LIFECYCLE)
-        if lane is None:
-            _, event, _, fields, _ = self.children.lines.event(item)
-            log_event(event, fields)
-        else:
-            lane.push(item)
+    def _declare_pairs(self, pairs: list[tuple[str, str]]) -> None:
+        """Create each (method, route)'s request series at zero (2xx, status 200)."""
+        for method, route in pairs:
+            if route in self._special or len(self._children) >= _MAX_CHILD_KEYS:
+                continue
+            children = self._children.get((method, route)) or self._new_children(method, route)
+            if 200 not in children.durations:
+                self._duration_child(children, 200)
 
 
-class AivitalsMiddleware:
+class AivitalsMiddleware(_RouteTable):
     """Instruments an ASGI app: metrics, request id, lifecycle logs, and ``/metrics``.
 
     **Usage**::
@@ -435,36 +488,7 @@ class AivitalsMiddleware:
             pairs = declared_routes(self.app, self.config.routes)
         except Exception:  # an app we cannot walk: its series appear with its requests
             return
-        for method, route in pairs:
-            if route in self._special or len(self._children) >= _MAX_CHILD_KEYS:
-                continue
-            children = self._children.get((method, route)) or self._new_children(method, route)
-            if 200 not in children.durations:
-                self._duration_child(children, 200)
-
-    def _new_children(self, method: str, route: str) -> _RouteChildren:
-        # first request of this (method, route): the raw pair maps onto the
-        # children of the normalised pair, kept under both keys after this
-        raw = (method, route)
-        if method not in _METHODS:
-            method = OTHER
-        if route != UNMATCHED:
-            route = self._guard.fold(_DURATION, "route", route)
-        children = self._children.get((method, route))
-        if children is None:
-            children = _RouteChildren(self._families, method, route)
-            self._children[(method, route)] = children
-        if len(self._children) < _MAX_CHILD_KEYS:
-            self._children[raw] = children
-        return children
-
-    def _duration_child(self, children: _RouteChildren, status: int) -> Any:
-        code = status if 100 <= status <= 599 else 0
-        child = self._families[_DURATION].labels(
-            *children.labels, f"{code // 100}xx" if code else "other", str(code or OTHER)
-        )
-        children.durations[status] = child
-        return child
+        self._declare_pairs(pairs)
 
 
 _FAMILIES = (
@@ -490,7 +514,7 @@ def instrument(
     registry: CollectorRegistry | None = REGISTRY,
     **settings: Any,
 ) -> Any:
-    """Instrument an ASGI app; returns the app to serve.
+    """Instrument an ASGI app; returns the app to serve (WSGI apps: ``instrument_wsgi``).
 
     A Starlette/FastAPI app gets the middleware added to its own stack (inside
     its error handler, so exceptions are seen before they become 500s) and is
@@ -505,6 +529,13 @@ def instrument(
     """
     if isinstance(app, AivitalsMiddleware) or getattr(app, _MARK, False):
         return app  # instrumenting twice would count every request twice
+    from ._wsgi import looks_wsgi
+
+    if looks_wsgi(app):
+        raise ConfigError(
+            f"instrument(app): {type(app).__name__} is a WSGI application (Flask, Django); "
+            f"instrument it with aivitals.instrument.instrument_wsgi(app)"
+        )
     add = getattr(app, "add_middleware", None)
     if callable(add) and hasattr(app, "user_middleware"):
         add(AivitalsMiddleware, config=config, registry=registry, **settings)

@@ -8,6 +8,8 @@
                   health=HealthConfig(probe=tiny_inference))
     service = aivitals.instrument(app)   # instrumentation outside: 429s counted, /metrics free
 
+    service = instrument_wsgi(protect_wsgi(flask_app, guard=..., admission=...))   # WSGI
+
 A complete service: ``examples/service.py`` (the README's example).
 """
 
@@ -27,6 +29,7 @@ from ._health import CheckResult, Health, HealthConfig, HealthMiddleware
 from ._limit import GradientLimit
 from ._middleware import AdmissionMiddleware
 from ._wire import Protected, protect
+from ._wsgi import ProtectedWSGI, protect_wsgi
 
 __all__ = [
     "GUARD_SCOPE_KEY",
@@ -44,9 +47,11 @@ __all__ = [
     "HealthMiddleware",
     "InputGuard",
     "Protected",
+    "ProtectedWSGI",
     "Ticket",
     "default_memory_estimator",
     "kv_cache_estimator",
     "parse_timeout",
     "protect",
+    "protect_wsgi",
 ]

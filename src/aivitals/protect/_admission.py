@@ -24,12 +24,15 @@ reason ``deadline``) instead of waiting past it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -173,14 +176,19 @@ class _Waiter:
     level: int
     deadline: float
     enqueued: float
-    future: asyncio.Future[None] = field(repr=False)
+    # an asyncio future on the event loop; a concurrent one for a blocking (WSGI) thread
+    future: asyncio.Future[None] | concurrent.futures.Future[None] = field(repr=False)
 
 
 _LATENCY_WINDOW = 256
 
 
 class AdmissionController:
-    """The queue, the limit and the memory ledger of one service (one event loop)."""
+    """The queue, the limit and the memory ledger of one service.
+
+    Used from one event loop (``admit``), or from the threads of a blocking
+    server such as a WSGI worker (``admit_blocking``), not both at once.
+    """
 
     def __init__(
         self,
@@ -208,6 +216,8 @@ class AdmissionController:
         self._service_typical = 0.0  # their median
         self._waits: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self.queue_peak = 0
+        #: held by the blocking (thread) side around every change of the state above
+        self._thread_lock = threading.Lock()
         self._metrics = metrics_for(registry)
         self._metrics.queue_capacity.labels("admission").set(cfg.queue_size)
         self._publish()
@@ -326,6 +336,117 @@ class AdmissionController:
             raise
         self._start(ticket, waiter.enqueued)
 
+    # --- admission from threads (WSGI) --------------------------------------------------
+
+    @contextmanager
+    def admit_blocking(
+        self,
+        *,
+        priority: str | None = None,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        cost: int = 0,
+    ) -> Iterator[Ticket]:
+        """``admit`` for a thread that may block (a WSGI worker thread): waits for a slot.
+
+        Raises ``AdmissionRefused`` (429) or ``ConfigError`` as ``admit`` does.
+
+        **Usage**::
+
+            with controller.admit_blocking(priority="batch", timeout=5.0):
+                run_model()
+        """
+        ticket = self.acquire_blocking(
+            priority=priority, deadline=deadline, timeout=timeout, cost=cost
+        )
+        try:
+            yield ticket
+        finally:
+            self.release_blocking(ticket)
+
+    def check_blocking(self, *, priority: str, deadline: float, cost: int = 0) -> None:
+        """``check``, safe from several threads."""
+        with self._thread_lock:
+            self.check(priority=priority, deadline=deadline, cost=cost)
+
+    def acquire_blocking(
+        self,
+        *,
+        priority: str | None = None,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        cost: int = 0,
+    ) -> Ticket:
+        """Wait in this thread for a slot; pair with ``release_blocking`` (a WSGI response
+        holds its slot until the server closes it, past any ``with`` block)."""
+        name = self.parse_priority(priority)
+        now = self.clock()
+        if deadline is None:
+            deadline = now + self.parse_timeout(None if timeout is None else str(timeout))
+        ticket = Ticket(name, deadline, max(0, int(cost)))
+        level = self._levels[name]
+        with self._thread_lock:
+            try:
+                self._refusal(level, ticket.deadline, ticket.cost, now)
+            except AdmissionRefused as refused:
+                self._count_refusal(name, refused)
+                raise
+            self.reserved += ticket.cost
+            if self._queued == 0 and self.in_flight < self.limit:
+                self.in_flight += 1
+                self._start(ticket, now)
+                return ticket
+            if self._queued >= self.config.queue_size:
+                self._evict_lower_than(level)
+            future: concurrent.futures.Future[None] = concurrent.futures.Future()
+            waiter = _Waiter(level, ticket.deadline, now, future)
+            self._queues[level].append(waiter)
+            self._queued += 1
+            self.queue_peak = max(self.queue_peak, self._queued)
+            self._publish()
+            budget = ticket.deadline - self.clock() - self._service_estimate
+        try:
+            future.result(timeout=max(0.0, budget))
+        except BaseException as exc:
+            with self._thread_lock:
+                self.reserved -= ticket.cost
+                error = self._give_up(waiter, exc)
+            if error is exc:
+                raise
+            raise error from None
+        with self._thread_lock:
+            try:
+                self._still_in_time(ticket)
+            except AdmissionRefused:
+                self.reserved -= ticket.cost
+                raise
+            self._start(ticket, waiter.enqueued)
+        return ticket
+
+    def _give_up(self, waiter: _Waiter, exc: BaseException) -> BaseException:
+        """A blocked thread stopped waiting (deadline, eviction, interrupt): the error to raise."""
+        future = waiter.future
+        if future.done() and not future.cancelled():
+            if future.exception() is None:
+                self.in_flight -= 1  # granted just as we gave up: hand it back
+                self._dispatch()
+        else:
+            self._remove(waiter)
+            future.cancel()
+        priority = self.config.priorities[waiter.level]
+        if isinstance(exc, TimeoutError):
+            refused = self._refused("deadline", "deadline passes before a slot frees")
+            self._count_refusal(priority, refused)
+            return refused
+        if isinstance(exc, AdmissionRefused):  # evicted by a higher priority
+            self._count_refusal(priority, exc)
+        return exc
+
+    def release_blocking(self, ticket: Ticket) -> None:
+        """Give back the slot and memory of ``acquire_blocking``'s ticket."""
+        with self._thread_lock:
+            self._release(ticket)
+
     def _still_in_time(self, ticket: Ticket) -> None:
         """At the grant, refuse (and hand the slot on) if the work can no longer fit.
 
@@ -350,7 +471,7 @@ class AdmissionController:
         budget = waiter.deadline - self.clock() - self._service_estimate
         try:
             async with asyncio.timeout(max(0.0, budget)):
-                await asyncio.shield(waiter.future)
+                await asyncio.shield(cast("asyncio.Future[None]", waiter.future))
         except BaseException as exc:
             if waiter.future.done() and not waiter.future.cancelled():
                 if waiter.future.exception() is None:

@@ -26,6 +26,7 @@ __all__ = [
     "Scope",
     "Send",
     "ensure_request_id",
+    "error_payload",
     "header",
     "log",
     "send_error",
@@ -103,9 +104,16 @@ async def send_error(
     headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
     """Send the standard error body; the status defaults to the code's in the table."""
-    payload = {"error": {"code": code.value, "message": message}, "request_id": request_id}
-    chosen = ERROR_CODES[code].http_status if status is None else status
+    chosen, payload = error_payload(code, message, request_id=request_id, status=status)
     await send_json(send, chosen, payload, headers=headers)
+
+
+def error_payload(
+    code: ErrorCode, message: str, *, request_id: str | None, status: int | None = None
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, the standard error body) of a refusal, for ASGI and WSGI alike."""
+    payload = {"error": {"code": code.value, "message": message}, "request_id": request_id}
+    return (ERROR_CODES[code].http_status if status is None else status), payload
 
 
 def shorten(value: object, limit: int = 40) -> str:

@@ -39,9 +39,20 @@ from aivitals.errors import ConfigError
 from aivitals.signals import ErrorCode
 
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, ensure_request_id, log, send_error
-from ._metrics import metrics_for
+from ._metrics import ProtectMetrics, metrics_for
 
-__all__ = ["GUARD_SCOPE_KEY", "GuardConfig", "GuardResult", "InputGuard"]
+__all__ = [
+    "GUARD_SCOPE_KEY",
+    "GuardConfig",
+    "GuardResult",
+    "GuardRoutes",
+    "InputGuard",
+    "check_body_blocking",
+    "inspect_body",
+    "is_json",
+    "record_disconnect",
+    "record_refusal",
+]
 
 #: Where the guard leaves its findings (a ``GuardResult``) in the ASGI scope.
 GUARD_SCOPE_KEY = "aivitals.guard"
@@ -130,8 +141,8 @@ class _Disconnected(Exception):
     pass
 
 
-class InputGuard:
-    """Pure ASGI middleware enforcing a ``GuardConfig`` per route.
+class GuardRoutes:
+    """Which ``GuardConfig`` applies to a path (shared by the ASGI and WSGI guards).
 
     ``routes`` maps a path (exact) or a prefix ending in ``*`` to the config of
     those paths, or to ``None`` to leave them unguarded; the longest match wins,
@@ -140,13 +151,9 @@ class InputGuard:
 
     def __init__(
         self,
-        app: ASGIApp,
-        *,
         config: GuardConfig | None = None,
         routes: Mapping[str, GuardConfig | None] | None = None,
-        registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
-        self.app = app
         self.config = config if config is not None else GuardConfig()
         self._exact: dict[str, GuardConfig | None] = {}
         self._prefixes: list[tuple[str, GuardConfig | None]] = []
@@ -158,7 +165,6 @@ class InputGuard:
             else:
                 self._exact[pattern] = cfg
         self._prefixes.sort(key=lambda item: len(item[0]), reverse=True)
-        self._metrics = metrics_for(registry)
 
     def config_for(self, path: str) -> tuple[str, GuardConfig | None]:
         """The route label and the config that apply to ``path``."""
@@ -168,6 +174,27 @@ class InputGuard:
             if path.startswith(prefix):
                 return prefix + "*", cfg
         return "*", self.config
+
+
+class InputGuard:
+    """Pure ASGI middleware enforcing a ``GuardConfig`` per route (see ``GuardRoutes``)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        config: GuardConfig | None = None,
+        routes: Mapping[str, GuardConfig | None] | None = None,
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> None:
+        self.app = app
+        self._routes = GuardRoutes(config, routes)
+        self.config = self._routes.config
+        self._metrics = metrics_for(registry)
+
+    def config_for(self, path: str) -> tuple[str, GuardConfig | None]:
+        """The route label and the config that apply to ``path``."""
+        return self._routes.config_for(path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -190,25 +217,34 @@ class InputGuard:
         await self.app(_with_result(scope, body, result), _replay(body, receive), send)
 
     async def _refuse(self, send: Send, route: str, request_id: str, refusal: _Refusal) -> None:
-        if refusal.code is ErrorCode.TIMEOUT:
-            self._metrics.request_timeouts.labels(route, "body_read").inc()
-        else:
-            self._metrics.input_rejections.labels(route, refusal.code.value).inc()
-        log.warning(
-            "input refused: %s",
-            refusal.message,
-            extra={"error_code": refusal.code.value, "request_id": request_id, "route": route},
-        )
+        record_refusal(self._metrics, route, request_id, refusal)
         await send_error(
             send, refusal.code, refusal.message, request_id=request_id, status=refusal.status
         )
 
     def _count_disconnect(self, route: str, request_id: str) -> None:
-        self._metrics.request_timeouts.labels(route, "client_disconnect").inc()
-        log.info(
-            "client left while sending the body",
-            extra={"error_code": "CLIENT_DISCONNECT", "request_id": request_id, "route": route},
-        )
+        record_disconnect(self._metrics, route, request_id)
+
+
+def record_refusal(metrics: ProtectMetrics, route: str, request_id: str, refusal: _Refusal) -> None:
+    """Count and log a refused body (the answer is the caller's: ASGI or WSGI)."""
+    if refusal.code is ErrorCode.TIMEOUT:
+        metrics.request_timeouts.labels(route, "body_read").inc()
+    else:
+        metrics.input_rejections.labels(route, refusal.code.value).inc()
+    log.warning(
+        "input refused: %s",
+        refusal.message,
+        extra={"error_code": refusal.code.value, "request_id": request_id, "route": route},
+    )
+
+
+def record_disconnect(metrics: ProtectMetrics, route: str, request_id: str) -> None:
+    metrics.request_timeouts.labels(route, "client_disconnect").inc()
+    log.info(
+        "client left while sending the body",
+        extra={"error_code": "CLIENT_DISCONNECT", "request_id": request_id, "route": route},
+    )
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -256,16 +292,40 @@ async def _read_body(scope: Scope, receive: Receive, cfg: GuardConfig) -> bytes:
 
 
 def _is_json(scope: Scope, cfg: GuardConfig) -> bool:
-    if cfg.json is not None:
-        return cfg.json
     for key, value in scope.get("headers", ()):
         if key.lower() == b"content-type":
-            media = bytes(value).split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or media.endswith(b"+json")
-    return False
+            return is_json(bytes(value).decode("latin-1"), cfg)
+    return is_json(None, cfg)
+
+
+def is_json(content_type: str | None, cfg: GuardConfig) -> bool:
+    """Whether the body is to be parsed as JSON: ``cfg.json``, else its media type says so."""
+    if cfg.json is not None:
+        return cfg.json
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 async def _check(scope: Scope, body: bytes, cfg: GuardConfig) -> tuple[bytes, GuardResult]:
+    body, text, document, normalized = inspect_body(body, _is_json(scope, cfg), cfg)
+    tokens = await _count_tokens(text, cfg)
+    return body, GuardResult(len(body), tokens, document, normalized)
+
+
+def check_body_blocking(body: bytes, is_json: bool, cfg: GuardConfig) -> tuple[bytes, GuardResult]:
+    """``_check`` for a thread that may block (WSGI): the tokenizer runs right here."""
+    body, text, document, normalized = inspect_body(body, is_json, cfg)
+    return body, GuardResult(len(body), _tokens(text, cfg), document, normalized)
+
+
+def inspect_body(body: bytes, is_json: bool, cfg: GuardConfig) -> tuple[bytes, str, Any, bool]:
+    """Every check but the token count: (body to hand on, text to tokenize, JSON, normalized).
+
+    Raises ``_Refusal``. The text is the one to count tokens of: the body's, or
+    the JSON's chosen strings.
+    """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -273,15 +333,14 @@ async def _check(scope: Scope, body: bytes, cfg: GuardConfig) -> tuple[bytes, Gu
             ErrorCode.INPUT_INVALID_UTF8, f"body is not valid UTF-8 (byte {exc.start})"
         ) from None
     _check_text(text, cfg, where="body")
-    if _is_json(scope, cfg):
-        return await _check_json(body, text, cfg)
+    if is_json:
+        return _check_json(body, text, cfg)
     normalized = cfg.fullwidth == "normalize" and FULLWIDTH.search(text) is not None
     if normalized:
         text = unicodedata.normalize("NFKC", text)
         _check_text(text, cfg, where="normalized body")
         body = _within_limit(text.encode("utf-8"), cfg)
-    tokens = await _count_tokens(text, cfg)
-    return body, GuardResult(len(body), tokens, None, normalized)
+    return body, text, None, normalized
 
 
 def _check_text(text: str, cfg: GuardConfig, *, where: str) -> None:
@@ -301,7 +360,7 @@ def _check_text(text: str, cfg: GuardConfig, *, where: str) -> None:
         )
 
 
-async def _check_json(body: bytes, text: str, cfg: GuardConfig) -> tuple[bytes, GuardResult]:
+def _check_json(body: bytes, text: str, cfg: GuardConfig) -> tuple[bytes, str, Any, bool]:
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -316,8 +375,7 @@ async def _check_json(body: bytes, text: str, cfg: GuardConfig) -> tuple[bytes, 
         for string, _, _ in _strings(document, cfg.max_json_depth):
             _check_text(string, cfg, where="normalized JSON string")
         body = _within_limit(json.dumps(document, ensure_ascii=False).encode("utf-8"), cfg)
-    tokens = await _count_tokens(_token_text(document, cfg), cfg)
-    return body, GuardResult(len(body), tokens, document, normalized)
+    return body, _token_text(document, cfg), document, normalized
 
 
 def _within_limit(body: bytes, cfg: GuardConfig) -> bytes:
@@ -372,14 +430,17 @@ def _token_text(document: Any, cfg: GuardConfig) -> str:
 
 
 async def _count_tokens(text: str, cfg: GuardConfig) -> int | None:
+    if cfg.tokenizer is not None and len(text) > _THREAD_TOKENIZE_CHARS:
+        return await asyncio.to_thread(_tokens, text, cfg)
+    return _tokens(text, cfg)
+
+
+def _tokens(text: str, cfg: GuardConfig) -> int | None:
     tokenizer = cfg.tokenizer
     if tokenizer is None:
         return None
     try:
-        if len(text) > _THREAD_TOKENIZE_CHARS:
-            count = await asyncio.to_thread(tokenizer, text)
-        else:
-            count = tokenizer(text)
+        count = tokenizer(text)
     except Exception as exc:
         raise _Refusal(
             ErrorCode.TOKENIZER_ERROR, f"the tokenizer failed on the input: {type(exc).__name__}"

@@ -32,7 +32,7 @@ from ._asgi import ASGIApp, Receive, Scope, Send, ensure_request_id, header, log
 from ._deadline import DEADLINE_SCOPE_KEY
 from ._guard import GUARD_SCOPE_KEY, GuardResult
 
-__all__ = ["AdmissionMiddleware"]
+__all__ = ["AdmissionMiddleware", "request_lengths"]
 
 _PRIORITY_KEY = "aivitals.priority"
 
@@ -99,7 +99,8 @@ class AdmissionMiddleware:
         if cfg.memory_capacity is None:
             return 0
         guarded = scope.get(GUARD_SCOPE_KEY)
-        prompt_tokens, max_new = _lengths(guarded, scope, cfg.max_new_tokens_fields)
+        declared = header(scope, b"content-length")
+        prompt_tokens, max_new = request_lengths(guarded, declared, cfg.max_new_tokens_fields)
         if max_new is None:
             max_new = cfg.default_max_new_tokens
         return int(cfg.memory_estimator(prompt_tokens, max_new))
@@ -127,9 +128,12 @@ class AdmissionMiddleware:
         )
 
 
-def _lengths(guarded: Any, scope: Scope, fields: tuple[str, ...]) -> tuple[int, int | None]:
+def request_lengths(
+    guarded: Any, content_length: bytes | str | None, fields: tuple[str, ...]
+) -> tuple[int, int | None]:
+    """(prompt tokens, max new tokens or None) from the guard's result, else the body size."""
     if not isinstance(guarded, GuardResult):
-        length = header(scope, b"content-length")
+        length = content_length
         size = int(length) if length is not None and length.isdigit() else 0
         return size // 4, None
     prompt = guarded.tokens if guarded.tokens is not None else guarded.body_bytes // 4
