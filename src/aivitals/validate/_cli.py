@@ -28,7 +28,8 @@ __all__ = ["validate"]
 @click.option(
     "--sweep",
     is_flag=True,
-    help="Run every fault at three severities (threshold, moderate, severe).",
+    help="Run every graded fault at three severities (threshold, moderate, severe), "
+    "and once each fault with a single magnitude (fault@single).",
 )
 @click.option(
     "--soak",
