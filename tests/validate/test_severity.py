@@ -99,6 +99,18 @@ def test_a_sweep_runs_a_single_magnitude_fault_once() -> None:
     ]
 
 
+def test_the_sweeps_list_says_which_faults_run_once() -> None:
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    out = CliRunner().invoke(cli, ["validate", "--sweep", "--list"]).output
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert set(lines) == set(SCENARIOS)  # a sweep runs no pair unless named
+    assert lines["gpu_xid"].endswith("(once, at single)")
+    assert lines["network_loss"].endswith("(at threshold, moderate, severe)")
+
+
 @pytest.mark.parametrize("quick", [True, False])
 def test_severe_is_todays_scenario_unless_the_knob_sets_it(quick: bool) -> None:
     for fault, s in SCENARIOS.items():

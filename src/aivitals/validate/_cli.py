@@ -113,9 +113,17 @@ def validate(
     from ._scenarios import SCENARIOS, hostable
 
     if list_only:
+        from ._severity import SINGLE, severities
+
         for name, s in SCENARIOS.items():
             why = hostable(s)
-            click.echo(f"{name:<24} {'can run here' if why is None else 'skipped: ' + why}")
+            text = "can run here" if why is None else "skipped: " + why
+            if sweep:  # a fault with one magnitude runs once, not under three names
+                sevs = severities(name)
+                text += " (once, at single)" if sevs == (SINGLE,) else f" (at {', '.join(sevs)})"
+            click.echo(f"{name:<24} {text}")
+        if sweep:
+            return  # a sweep runs no pair unless --scenarios names one
         from ._cases import PAIRS
 
         for pair in PAIRS:
