@@ -6,8 +6,9 @@ signal is just crossed, and *moderate* twice that magnitude; where twice does no
 under what the system can take (a share of the device, of the fd limit), moderate is
 halfway from the threshold to that limit. *severe* is today's scenario
 (``Scenario.quick_params`` or ``Scenario.params``, merged onto the fault's defaults),
-except where today's asks less than moderate: there the knob sets it, at twice
-moderate or at the limit, so severe >= moderate >= threshold for every graded fault.
+except where the knob sets it: at the limit where moderate is capped, and at twice
+moderate where today's asks less than moderate; so severe >= moderate >= threshold for
+every graded fault.
 No value here is tuned to make a case pass: each is computed below from a bound of
 the rule pack (``PackParams`` defaults, with validate's demo SLA), of a diagnosis
 signature (``load_signatures()``), or of DOMAIN.md, and from what validate's run is
@@ -141,7 +142,8 @@ class Knob:
     ``param`` is the parameter the severities change (None: the fault has one
     magnitude and runs once, as ``SINGLE``); ``threshold`` and ``moderate`` the values
     they set (the other parameters stay today's); ``severe`` the values severe sets
-    where today's ask less than moderate (empty: today's); ``unit`` and ``bound`` the
+    instead of today's (the limit of a capped knob, or twice moderate where today's
+    ask less; empty: today's); ``unit`` and ``bound`` the
     magnitude in the measured signal's terms and the knowledge's bound on it;
     ``source`` where that bound comes from; ``note`` a cap or a caveat.
     """
