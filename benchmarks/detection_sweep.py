@@ -1,27 +1,37 @@
 """detection_sweep: is every fault caught at threshold, moderate and severe magnitude?
 
 Runs the real CLI, ``aivitals validate --sweep [--quick] --report <json>`` (every
-fault at the three severities of ``aivitals.validate._severity``, each derived from
-the rule pack's or the diagnosis's bound, see docs/validate.md "Severity sweep"),
-in a subprocess, or reads an existing report with ``--from-report``. Prints per
-fault x severity: caught or not (every expected alert fired, and the diagnosis
-named the fault and kept naming it on every poll after), the time from injection
-to the first expected alert, the time to a correct and stable top finding, and
-whether the fault reached the magnitude asked on this machine. Then one line:
+graded fault at the three severities of ``aivitals.validate._severity``, each derived
+from the rule pack's or the diagnosis's bound, and every fault with one magnitude once,
+as ``fault@single``; see docs/validate.md "Severity sweep"), in a subprocess, or reads
+an existing report with ``--from-report``: a validate report, or a results file this
+script wrote (its cases are counted again under the rules below). Prints per case its
+outcome, the time from injection to the first expected alert, the time to a correct and
+stable top finding, and whether the fault reached the magnitude asked on this machine;
+per severity the cases caught, tested and not tested; then one line:
 
-``RESULT caught_moderate=... caught_severe=... caught_threshold=... ttd_p50_s=...
-ttd_p90_s=... false_p0p1_per_h=... unreached=N``
+``RESULT caught_moderate=... caught_severe=... caught_threshold=... not_reached=N
+diagnosis_only=N consequences=N ttd_p50_s=... ttd_p90_s=... false_p0p1_per_h=...
+caught_single=... errors=N cases_threshold=C/T/U cases_moderate=... cases_severe=...
+cases_single=...``
 
-``caught_*`` are shares (0..1) over the cases whose severity was reached (or could
-not be measured); the cases that could not reach their magnitude here are counted
-apart as ``unreached``, neither caught nor missed. ``ttd_*`` are percentiles of the
-time to the first expected alert over the caught cases. ``false_p0p1_per_h`` is
-the number of P0/P1 alerts that neither the case expected nor the fault table
-lists as a consequence, per hour of fault phase. Writes
+Every case run counts. ``caught_*`` are shares (0..1) over every case tested at that
+severity: one caught has every expected alert fired and the diagnosis naming the fault
+and keeping it named, at the magnitude it asked. A case that did not reach its
+magnitude on this machine is ``not_reached``, one with no expected alert to test (the
+fault has none, or the magnitude cannot make them fire in its phase) and a correct
+diagnosis is ``diagnosis_only``, and a crashed one is an error: each counts as tested
+and not caught. ``cases_<severity>`` is caught/tested/not tested (skipped, or cut short
+by Ctrl-C). ``consequences`` is the number of allowed consequence entries in the fault
+table. ``ttd_*`` are percentiles of the time to the first expected alert over the
+caught cases. ``false_p0p1_per_h`` is the number of P0/P1 alerts that neither the case
+expected nor the fault table lists as a consequence, per hour of fault phase. Writes
 benchmarks/results/detection_sweep.json (``--output`` elsewhere).
 
 Run (it starts the demo stack and every fault; minutes to hours):
 ``.venv/bin/python benchmarks/detection_sweep.py --quick [--scenarios a,b] [--record DIR]``.
+Count an earlier results file again (here, the last one):
+``.venv/bin/python benchmarks/detection_sweep.py --from-report RESULTS_JSON``.
 Targets (issue #14): caught_moderate=1.0, caught_severe=1.0, false_p0p1_per_h=0.
 """
 
@@ -48,39 +58,67 @@ def _num(x: float | None, spec: str) -> str:
 def result_line(summary: dict[str, Any]) -> str:
     """The RESULT line of a ``summarize_sweep`` answer."""
     caught = summary["caught"]
+    counts = " ".join(
+        f"cases_{sev}={n['caught']}/{n['tested']}/{n['not_tested']}"
+        for sev, n in summary["by_severity"].items()
+    )
     return (
         f"RESULT caught_moderate={_num(caught['moderate'], '.2f')} "
         f"caught_severe={_num(caught['severe'], '.2f')} "
         f"caught_threshold={_num(caught['threshold'], '.2f')} "
+        f"not_reached={summary['not_reached']} "
+        f"diagnosis_only={summary['diagnosis_only']} "
+        f"consequences={summary['consequences']} "
         f"ttd_p50_s={_num(summary['ttd_p50_s'], '.1f')} "
         f"ttd_p90_s={_num(summary['ttd_p90_s'], '.1f')} "
         f"false_p0p1_per_h={_num(summary['false_p0p1_per_h'], '.1f')} "
-        f"unreached={summary['unreached']}"
+        f"caught_single={_num(caught['single'], '.2f')} "
+        f"errors={summary['errors']} {counts}"
     )
 
 
 def table(summary: dict[str, Any]) -> list[str]:
-    """One line per fault x severity."""
-    out = [f"{'fault':<24} {'severity':<10} {'caught':<8} {'1st alert':>9} {'finding':>8}  reached"]
+    """One line per case: its outcome, the times, whether it reached its magnitude."""
+    out = [
+        f"{'fault':<24} {'severity':<10} {'outcome':<15} {'1st alert':>9} {'finding':>8}  reached"
+    ]
     for c in summary["cases"]:
+        sev = c["severity"]
+        # a report from before single-magnitude faults ran once: three runs under three names
+        ran_as = f"  (ran as {c['ran_as']})" if c.get("ran_as") else ""
         if c.get("skipped"):
-            out.append(f"{c['fault']:<24} {c['severity']:<10} skipped: {c['skipped']}")
+            out.append(f"{c['fault']:<24} {sev:<10} not tested: skipped: {c['skipped']}{ran_as}")
             continue
-        if c.get("caught") is None:  # cut short by Ctrl-C
-            out.append(f"{c['fault']:<24} {c['severity']:<10} interrupted (not counted)")
+        if c["outcome"] == "not tested":  # cut short by Ctrl-C
+            out.append(f"{c['fault']:<24} {sev:<10} not tested: interrupted{ran_as}")
             continue
-        reached = {True: "yes", False: "not reached", None: "not judged"}[c["reached"]]
-        caught = "yes" if c["caught"] else "NO"
-        if c.get("error"):
-            caught = "ERROR"
-        alert = "-" if c["first_alert_s"] is None else f"{c['first_alert_s']:.1f} s"
-        finding = "-" if c["finding_s"] is None else f"{c['finding_s']:.0f} s"
+        outcome = {"caught": "caught", "missed": "MISSED", "error": "ERROR"}.get(
+            c["outcome"], c["outcome"]
+        )
+        reached = {True: "yes", False: "not reached", None: "not judged"}[c.get("reached")]
+        alert = "-" if c.get("first_alert_s") is None else f"{c['first_alert_s']:.1f} s"
+        finding = "-" if c.get("finding_s") is None else f"{c['finding_s']:.0f} s"
         false = f"  false P0/P1: {', '.join(c['false_p0p1'])}" if c["false_p0p1"] else ""
         beyond = c.get("beyond_reach") or []
         out_of_reach = f"  out of reach: {', '.join(beyond)}" if beyond else ""
+        error = f"  error: {c['error']}" if c.get("error") else ""
         out.append(
-            f"{c['fault']:<24} {c['severity']:<10} {caught:<8} {alert:>9} {finding:>8}  "
-            f"{reached}{false}{out_of_reach}"
+            f"{c['fault']:<24} {sev:<10} {outcome:<15} {alert:>9} {finding:>8}  "
+            f"{reached}{false}{out_of_reach}{error}{ran_as}"
+        )
+    return out
+
+
+def per_severity(summary: dict[str, Any]) -> list[str]:
+    """One line per severity: caught / tested / not tested, and what the others were."""
+    out = [
+        f"{'severity':<10} {'caught':>6} {'tested':>6} {'not tested':>10} {'not reached':>11} "
+        f"{'diag. only':>10} {'missed':>6} {'error':>5}"
+    ]
+    for sev, n in summary["by_severity"].items():
+        out.append(
+            f"{sev:<10} {n['caught']:>6} {n['tested']:>6} {n['not_tested']:>10} "
+            f"{n['not_reached']:>11} {n['diagnosis_only']:>10} {n['missed']:>6} {n['error']:>5}"
         )
     return out
 
@@ -133,11 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ConfigError) as exc:
         print(f"detection_sweep: {path}: {exc}", file=sys.stderr)
         return 2
-    for line in table(summary):
+    for line in [*table(summary), "", *per_severity(summary)]:
         print(line)
     if summary.get("interrupted"):
         print(f"PARTIAL: the sweep was interrupted; {summary['ran']} cases ran to the end")
     line = result_line(summary)
+    earlier = report.get("result") if "scenarios" not in report else None
+    if earlier:
+        print(f"counted again from {path}; it read: {earlier}")
     print(line)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
@@ -145,9 +186,18 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "result": line,
                 "summary": summary,
-                "report": str(path),
+                # a results file counted again names the report it came from
+                "report": str(report.get("report", path)) if earlier else str(path),
+                "counted_from": str(path) if earlier else None,
+                "previous_result": report.get("previous_result") or earlier,
+                "note": (
+                    "counted again under the current counting rules; its cases ran at the "
+                    "severity values of the sweep that wrote the report"
+                )
+                if earlier
+                else None,
                 "quick": report.get("quick"),
-                "validate_exit": code,
+                "validate_exit": report.get("validate_exit") if earlier else code,
                 "took_s": round(time.time() - started, 1),
             },
             indent=2,

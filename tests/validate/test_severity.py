@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,17 @@ from aivitals.tsdb import Store
 from aivitals.validate import SCENARIOS
 from aivitals.validate._severity import (
     SEVERITIES,
+    SINGLE,
+    _asked,
     beyond_reach,
     knob,
     magnitude,
     reached,
+    severities,
     severity_params,
     severity_table,
     summarize_sweep,
+    surge_load,
 )
 from tests._paths import load_script
 
@@ -37,6 +42,26 @@ CAPPED = {
     "gpu_cotenant": "twice the share does not fit beside the weights",
     "connection_flood": "a share of the fd limit cannot pass 1",
 }
+#: faults whose scenario asks less than moderate: the knob sets severe, and why
+RAISED = {
+    "gpu_cotenant": "the most that fits beside the weights",
+    "connection_flood": "the fd limit",
+    "gpu_contention": "twice moderate's factor",
+    "cpu_burn": "twice moderate's demand",
+}
+#: faults with one magnitude: the sweep runs them once
+SINGLES = {
+    "gpu_xid",
+    "gpu_oom",
+    "redis_down",
+    "cold_start",
+    "disk_io_saturation",
+    "worker_pool_saturated",
+    "timeouts_not_aborting",
+    "slow_dependency",
+    "thread_leak",
+    "disk_fill",
+}
 
 
 def _defaults(fault: str) -> dict[str, float]:
@@ -46,19 +71,101 @@ def _defaults(fault: str) -> dict[str, float]:
     return {k: v[0] for k, v in spec.items()}
 
 
-def test_every_fault_has_three_severities() -> None:
+def test_every_graded_fault_has_three_severities_and_the_others_one() -> None:
     assert set(FAULT_TABLE) == set(SCENARIOS)
+    assert {f for f in SCENARIOS if severities(f) == (SINGLE,)} == SINGLES
     for fault in SCENARIOS:
+        assert severities(fault) == ((SINGLE,) if fault in SINGLES else SEVERITIES)
         for quick in (True, False):
-            got = [severity_params(fault, sev, quick=quick) for sev in SEVERITIES]
+            got = [severity_params(fault, sev, quick=quick) for sev in severities(fault)]
             assert all(isinstance(p, dict) for p in got), fault
 
 
+def test_a_sweep_runs_a_single_magnitude_fault_once() -> None:
+    from aivitals.validate import ValidateConfig
+    from aivitals.validate._runner import cases_of
+
+    names = [c.name for c in cases_of(ValidateConfig(quick=True, sweep=True))]
+    assert len(names) == len(set(names)) == 3 * (len(SCENARIOS) - len(SINGLES)) + len(SINGLES)
+    assert "gpu_xid@single" in names and "gpu_xid@threshold" not in names
+    burn = [n for n in names if n.startswith("cpu_burn@")]
+    assert burn == ["cpu_burn@threshold", "cpu_burn@moderate", "cpu_burn@severe"]
+    named = cases_of(ValidateConfig(scenarios=("gpu_oom", "network_loss"), sweep=True))
+    assert [c.name for c in named] == [
+        "gpu_oom@single",
+        "network_loss@threshold",
+        "network_loss@moderate",
+        "network_loss@severe",
+    ]
+
+
+def test_the_sweeps_list_says_which_faults_run_once() -> None:
+    from click.testing import CliRunner
+
+    from aivitals.cli import cli
+
+    out = CliRunner().invoke(cli, ["validate", "--sweep", "--list"]).output
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert set(lines) == set(SCENARIOS)  # a sweep runs no pair unless named
+    assert lines["gpu_xid"].endswith("(once, at single)")
+    assert lines["network_loss"].endswith("(at threshold, moderate, severe)")
+
+
 @pytest.mark.parametrize("quick", [True, False])
-def test_severe_is_todays_scenario(quick: bool) -> None:
+def test_severe_is_todays_scenario_unless_the_knob_sets_it(quick: bool) -> None:
     for fault, s in SCENARIOS.items():
+        if fault in SINGLES:
+            continue
         today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
-        assert severity_params(fault, "severe", quick=quick) == today, fault
+        severe = severity_params(fault, "severe", quick=quick)
+        if fault not in RAISED:
+            assert severe == today, fault
+            continue
+        assert severe == {**today, **knob(fault).severe} and knob(fault).note, fault
+        if fault in CAPPED:
+            continue  # severe is the limit, the most the system can take
+        # the scenario, tuned for a plain run, asks less than moderate here
+        moderate = severity_params(fault, "moderate", quick=quick)
+        assert (magnitude(fault, today) or 0.0) < (magnitude(fault, moderate) or 0.0), fault
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_severe_is_at_least_moderate_and_moderate_at_least_threshold(quick: bool) -> None:
+    graded = [f for f in SCENARIOS if f not in SINGLES]
+    for fault in graded:
+        params = [severity_params(fault, sev, quick=quick) for sev in SEVERITIES]
+        sizes = [magnitude(fault, p) for p in params]
+        assert None not in sizes, fault
+        th, mod, sev = (float(x or 0.0) for x in sizes)
+        assert th <= mod <= sev, (fault, sizes)
+        # and what ``reached`` asks of each run (a loop past saturation asks a figure)
+        asked = [_asked(fault, s, p, 60.0) for s, p in zip(SEVERITIES, params, strict=True)]
+        assert asked[0] <= asked[1] <= asked[2], (fault, asked)  # type: ignore[operator]
+    # by each knob's meaning: the larger the factor, share or count the worse, and the
+    # shorter the stampede's interval
+    for fault in ("gpu_cotenant", "gpu_contention", "connection_flood", "event_loop_blocked"):
+        p = knob(fault).param or ""
+        vals = [severity_params(fault, sev, quick=quick)[p] for sev in SEVERITIES]
+        assert vals[0] < vals[1] < vals[2], (fault, vals)
+    vals = [severity_params("cache_stampede", sev, quick=quick)["interval"] for sev in SEVERITIES]
+    assert vals[0] > vals[1] > vals[2]
+    burn = [severity_params("cpu_burn", sev, quick=quick) for sev in SEVERITIES]
+    cpus = os.cpu_count() or 1
+    demand = [(b["workers"] or cpus) * b["load"] for b in burn]
+    assert demand[0] < demand[1] < demand[2], demand
+
+
+def test_a_surge_on_a_larger_pool_is_still_severe_past_moderate() -> None:
+    # 200 fresh inputs/s: today's x10 (full) offers less than moderate's load there
+    big = {"workers": 2, "embeddings_rps": 200.0, "completion_s": 0.1}
+    params = [
+        severity_params("traffic_surge", sev, quick=False, capacity=big) for sev in SEVERITIES
+    ]
+    loads = [surge_load(float(p["factor"]), big) for p in params]
+    assert loads[0] <= loads[1] <= loads[2], loads
+    assert params[2]["factor"] > 10
+    # on the nominal pool it is today's
+    assert severity_params("traffic_surge", "severe", quick=False)["factor"] == 10
 
 
 @pytest.mark.parametrize("quick", [True, False])
@@ -66,7 +173,7 @@ def test_params_are_accepted_by_the_fault(quick: bool) -> None:
     for fault in SCENARIOS:
         cls = get_fault(fault)
         remote = getattr(cls, "remote", None)
-        for sev in SEVERITIES:
+        for sev in severities(fault):
             params = severity_params(fault, sev, quick=quick)
             if remote is None:
                 cls(duration=10.0, **params)  # the class checks names and ranges
@@ -80,7 +187,7 @@ def test_params_are_accepted_by_the_fault(quick: bool) -> None:
 
 def test_moderate_is_twice_the_threshold() -> None:
     graded = [f for f in SCENARIOS if knob(f).param is not None]
-    assert len(graded) >= 13
+    assert len(graded) == 13
     for fault in graded:
         k = knob(fault)
         th = magnitude(fault, severity_params(fault, "threshold", quick=True))
@@ -117,23 +224,29 @@ def test_derivations_follow_the_knowledge() -> None:
     loop = severity_params("event_loop_blocked", "threshold", quick=True)["seconds"]
     assert magnitude("event_loop_blocked", {"seconds": loop}) == pytest.approx(0.5, rel=0.01)
     assert math.isinf(magnitude("event_loop_blocked", {"seconds": 0.3}) or 0.0)
+    # capped knobs: severe at the limit, moderate halfway to it
+    cotenant = [severity_params("gpu_cotenant", s, quick=True)["share"] for s in SEVERITIES]
+    assert cotenant == [0.32, 0.36, 0.40]
+    flood = [severity_params("connection_flood", s, quick=True)["connections"] for s in SEVERITIES]
+    assert flood == [1760, 1980, 2200]
+    # the contention factor: x5 crosses 2 x SLA, x10 twice it, x20 twice moderate
+    factors = [severity_params("gpu_contention", s, quick=True)["factor"] for s in SEVERITIES]
+    assert factors == [5.0, 10.0, 20.0]
 
 
-def test_one_magnitude_faults_run_todays_values() -> None:
-    for fault in (
-        "gpu_xid",
-        "gpu_oom",
-        "redis_down",
-        "cold_start",
-        "disk_io_saturation",
-        "worker_pool_saturated",
-        "timeouts_not_aborting",
-        "thread_leak",
-    ):
+def test_one_magnitude_faults_run_todays_values_once() -> None:
+    for fault in SINGLES:
         assert knob(fault).param is None
         for quick in (True, False):
-            values = [severity_params(fault, sev, quick=quick) for sev in SEVERITIES]
-            assert values[0] == values[1] == values[2], fault
+            s = SCENARIOS[fault]
+            today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
+            assert severity_params(fault, SINGLE, quick=quick) == today, fault
+        # never three runs of the same values under three names
+        for sev in SEVERITIES:
+            with pytest.raises(ConfigError, match=f"{fault} runs at single, not '{sev}'"):
+                severity_params(fault, sev, quick=True)
+    with pytest.raises(ConfigError, match="network_loss runs at threshold, moderate, severe"):
+        severity_params("network_loss", SINGLE, quick=True)
 
 
 def test_unknown_names_are_config_errors() -> None:
@@ -151,6 +264,9 @@ def test_the_table_has_a_row_per_fault() -> None:
     rows = severity_table(quick=True)
     assert [r["fault"] for r in rows] == list(SCENARIOS)
     assert all(r["source"] for r in rows)
+    by = {r["fault"]: r for r in rows}
+    assert by["gpu_xid"]["severities"] == ["single"] and "threshold" not in by["gpu_xid"]
+    assert by["gpu_contention"]["severe"] == {"factor": 20.0}
 
 
 # -- reached, on a real store ------------------------------------------------------------
@@ -234,7 +350,7 @@ def test_nothing_to_measure_is_said() -> None:
     assert "no gpu_process_memory_used_bytes series" in check.text
     # a fault whose magnitude the agent does not collect at all
     assert (
-        reached(_stack(Store()), "disk_fill", "severe", {}, quick=True, t_fault=T0, t_end=T0 + 40)
+        reached(_stack(Store()), "disk_fill", SINGLE, {}, quick=True, t_fault=T0, t_end=T0 + 40)
         is None
     )
 
@@ -324,12 +440,12 @@ def test_an_event_fault_needs_its_event() -> None:
     store = Store()
     _fill(store, "gpu_xid_errors_total", {"gpu": "0", "xid": "79"}, lambda t: 1.0, T0 + 2, T0 + 20)
     check = reached(
-        _stack(store), "gpu_xid", "threshold", {"code": 79}, quick=True, t_fault=T0, t_end=T0 + 20
+        _stack(store), "gpu_xid", SINGLE, {"code": 79}, quick=True, t_fault=T0, t_end=T0 + 20
     )
     assert check is not None and check.ok is True and check.data["achieved"] == 1.0
     # the Xid never reached the collector: the fault did not happen here
     check = reached(
-        _stack(Store()), "gpu_xid", "threshold", {"code": 79}, quick=True, t_fault=T0, t_end=T0 + 20
+        _stack(Store()), "gpu_xid", SINGLE, {"code": 79}, quick=True, t_fault=T0, t_end=T0 + 20
     )
     assert check is not None and check.ok is False and "achieved 0" in check.text
 
@@ -445,16 +561,121 @@ def _report() -> dict[str, Any]:
 
 def test_summarize_sweep() -> None:
     got = summarize_sweep(_report())
-    assert got["unreached"] == 1 and got["skipped"] == 1 and got["ran"] == 6
-    # threshold: only network_loss counts (contention did not reach it) and was missed
-    assert got["caught"] == {"threshold": 0.0, "moderate": 0.5, "severe": 1.0}
+    assert got["not_reached"] == 1 and got["not_tested"] == 1 and got["ran"] == 6
+    # threshold: network_loss missed, contention did not reach it: both count, neither
+    # caught; the skipped redis_down (one magnitude: single) is not tested
+    assert got["caught"] == {"threshold": 0.0, "moderate": 0.5, "severe": 1.0, "single": None}
+    assert got["by_severity"]["threshold"] == {
+        "caught": 0,
+        "tested": 2,
+        "not_tested": 0,
+        "error": 0,
+        "not_reached": 1,
+        "missed": 1,
+        "diagnosis_only": 0,
+    }
+    assert got["by_severity"]["single"]["not_tested"] == 1
+    assert got["consequences"] == sum(len(i.consequences) for i in FAULT_TABLE.values())
     # first alerts of the caught cases: 9, 4, 7
     assert got["ttd_p50_s"] == 7.0 and got["ttd_p90_s"] == pytest.approx(8.6)
     # one false P0/P1 alert over 6 x 30 s of fault phase
     assert got["false_p0p1_per_h"] == pytest.approx(1 / (180 / 3600))
     by = {c["case"]: c for c in got["cases"]}
     assert by["network_loss@moderate"]["finding_s"] == 6.0
-    assert by["gpu_contention@moderate"]["caught"] is False  # the diagnosis missed
+    assert by["gpu_contention@moderate"]["outcome"] == "missed"  # the diagnosis missed
+    assert by["gpu_contention@threshold"]["outcome"] == "not reached"
+    assert by["redis_down@severe"]["severity"] == SINGLE
+    assert by["redis_down@severe"]["outcome"] == "not tested"
+
+
+def test_every_case_run_counts() -> None:
+    rep = {
+        "quick": True,
+        "scenarios": [
+            _case("gpu_contention", "severe", alerts={"InferenceLatencyHigh": 5.0}, diag=4.0),
+            # a crash is an error: tested, not caught, never dropped
+            _case("cpu_burn", "severe", alerts={"HostCPUSaturated": None}, diag=None),
+            # caught, but short of its magnitude: not reached, out of caught
+            _case(
+                "network_latency",
+                "severe",
+                alerts={"ProbeLatencyHigh": 6.0},
+                diag=9.0,
+                reached_ok=False,
+            ),
+            # no alert to test: the diagnosis alone named it
+            _case("slow_dependency", SINGLE, alerts={}, diag=5.0),
+        ],
+    }
+    rep["scenarios"][1]["error"] = "RuntimeError: the stack died"
+    got = summarize_sweep(rep)
+    assert [c["outcome"] for c in got["cases"]] == [
+        "caught",
+        "error",
+        "not reached",
+        "diagnosis only",
+    ]
+    assert got["caught"]["severe"] == pytest.approx(1 / 3) and got["caught"]["single"] == 0.0
+    assert got["errors"] == 1 and got["not_reached"] == 1 and got["diagnosis_only"] == 1
+    assert got["ttd_p50_s"] == 5.0  # over the caught case only
+    line = _benchmark().result_line(got)
+    assert "caught_severe=0.33 " in line and "cases_severe=1/3/0" in line
+    assert "errors=1 " in line and "cases_single=0/1/0" in line
+
+
+def test_an_earlier_results_file_is_counted_again() -> None:
+    # what a results file held before outcomes were kept: whether each case was caught
+    def old(case: str, caught: bool | None, **more: Any) -> dict[str, Any]:
+        fault, sev = case.split("@")
+        row = {"case": case, "fault": fault, "severity": sev, "skipped": None, "error": None}
+        row.update(caught=caught, first_alert_s=None, finding_s=None, reached=True)
+        row.update(false_p0p1=[], beyond_reach=[])
+        return {**row, **more}
+
+    earlier = {
+        "result": "RESULT caught_moderate=1.00 ...",
+        "summary": {
+            "fault_hours": 0.5,
+            "cases": [
+                # both alerts out of reach: only the diagnosis was tested
+                old(
+                    "gpu_memory_leak@threshold",
+                    True,
+                    finding_s=40.0,
+                    beyond_reach=["GPUMemoryHigh", "GPUProcessMemoryGrowth"],
+                ),
+                # caught, but short of its magnitude
+                old(
+                    "overlong_inputs@threshold",
+                    True,
+                    first_alert_s=9.0,
+                    finding_s=11.0,
+                    reached=False,
+                ),
+                # the diagnosis named it, so an alert missed
+                old("connection_flood@threshold", False, finding_s=5.0),
+                # one magnitude, run under three names
+                *(old(f"gpu_xid@{s}", True, first_alert_s=1.0, finding_s=5.0) for s in SEVERITIES),
+            ],
+        },
+    }
+    got = summarize_sweep(earlier)
+    outcomes = {(c["case"], c["severity"]): c["outcome"] for c in got["cases"]}
+    assert outcomes == {
+        ("gpu_memory_leak@threshold", "threshold"): "diagnosis only",
+        ("overlong_inputs@threshold", "threshold"): "not reached",
+        ("connection_flood@threshold", "threshold"): "missed",
+        ("gpu_xid@threshold", SINGLE): "caught",
+        ("gpu_xid@moderate", SINGLE): "caught",
+        ("gpu_xid@severe", SINGLE): "caught",
+    }
+    assert [c["ran_as"] for c in got["cases"][3:]] == list(SEVERITIES)
+    assert got["caught"]["threshold"] == 0.0 and got["caught"]["single"] == 1.0
+    assert got["fault_hours"] == 0.5  # the old cases carry no phase length: the total
+    # counting the answer again changes nothing
+    again = summarize_sweep({"summary": got})
+    assert [c["outcome"] for c in again["cases"]] == [c["outcome"] for c in got["cases"]]
+    assert again["caught"] == got["caught"]
 
 
 def test_summarize_an_interrupted_sweep() -> None:
@@ -463,7 +684,7 @@ def test_summarize_an_interrupted_sweep() -> None:
     rep["interrupted"] = True
     rep["scenarios"][5]["error"] = "interrupted"
     got = summarize_sweep(rep)
-    assert got["interrupted"] is True and got["ran"] == 5 and got["skipped"] == 2
+    assert got["interrupted"] is True and got["ran"] == 5 and got["not_tested"] == 2
     assert got["caught"]["severe"] == 1.0  # network_loss@severe only
     assert summarize_sweep(_report())["interrupted"] is False
 
@@ -487,9 +708,12 @@ def _benchmark() -> Any:
 def test_benchmark_result_line(tmp_path: Path) -> None:
     bench = _benchmark()
     line = bench.result_line(summarize_sweep(_report()))
+    n = sum(len(i.consequences) for i in FAULT_TABLE.values())
     assert line == (
         "RESULT caught_moderate=0.50 caught_severe=1.00 caught_threshold=0.00 "
-        "ttd_p50_s=7.0 ttd_p90_s=8.6 false_p0p1_per_h=20.0 unreached=1"
+        f"not_reached=1 diagnosis_only=0 consequences={n} ttd_p50_s=7.0 ttd_p90_s=8.6 "
+        "false_p0p1_per_h=20.0 caught_single=n/a errors=0 cases_threshold=0/2/0 "
+        "cases_moderate=1/2/0 cases_severe=2/2/0 cases_single=0/0/1"
     )
 
 
@@ -514,7 +738,28 @@ def test_benchmark_from_report(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert "RESULT caught_moderate=0.50" in run.stdout
     assert "gpu_contention" in run.stdout and "not reached" in run.stdout
-    assert json.loads(out.read_text())["summary"]["unreached"] == 1
+    assert json.loads(out.read_text())["summary"]["not_reached"] == 1
+    # a results file is counted again, and says what it read before
+    again = tmp_path / "again.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "detection_sweep.py"),
+            "--from-report",
+            str(out),
+            "--output",
+            str(again),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    written = json.loads(again.read_text())
+    assert written["previous_result"].startswith("RESULT caught_moderate=0.50")
+    assert written["counted_from"] == str(out) and written["report"] == str(report)
+    assert written["result"] == json.loads(out.read_text())["result"]
     # bad input: a file that is not a report says so and exits 2
     (tmp_path / "bad.json").write_text("[1, 2]")
     run = subprocess.run(
@@ -573,7 +818,7 @@ def test_a_reload_at_the_injections_first_tick_is_counted() -> None:
         T0 + 31,
     )
     check = reached(
-        _stack(store), "cold_start", "severe", {}, quick=True, t_fault=T0 + 0.1, t_end=T0 + 30.3
+        _stack(store), "cold_start", SINGLE, {}, quick=True, t_fault=T0 + 0.1, t_end=T0 + 30.3
     )
     assert check is not None and check.ok is True, check
     assert check.data["achieved"] == 1.0
@@ -719,10 +964,14 @@ def test_an_alert_beyond_reach_is_neither_caught_nor_missed() -> None:
     case["checks"].insert(0, {"name": "beyond_reach:GPUMemoryHigh", "ok": None, "text": ""})
     got = summarize_sweep({"quick": True, "scenarios": [case]})
     (row,) = got["cases"]
-    assert row["caught"] is True and row["beyond_reach"] == ["GPUMemoryHigh"]
+    # no alert was tested: diagnosis only, reported apart from caught
+    assert row["outcome"] == "diagnosis only" and row["caught"] is False
+    assert row["beyond_reach"] == ["GPUMemoryHigh"] and got["diagnosis_only"] == 1
     assert row["first_alert_s"] is None and row["finding_s"] == 27.0
+    assert got["caught"]["moderate"] == 0.0
     (line,) = _benchmark().table(got)[1:]
-    assert line.endswith("yes  out of reach: GPUMemoryHigh"), line
+    assert "diagnosis only" in line and line.endswith("yes  out of reach: GPUMemoryHigh"), line
     # the diagnosis must still name it
     missed = _case("gpu_memory_leak", "moderate", alerts={}, diag=None)
-    assert summarize_sweep({"quick": True, "scenarios": [missed]})["cases"][0]["caught"] is False
+    got = summarize_sweep({"quick": True, "scenarios": [missed]})
+    assert got["cases"][0]["outcome"] == "missed"

@@ -14,7 +14,9 @@ show in what the clients measure (P99 or errors); faults that only build up
 (a leak before it exhausts memory) or that the service absorbs (rejected bad
 inputs, idle connections) need not. ``consequences``: the other alerts the
 fault legitimately causes (a surge's 429s, an idle GPU behind a blocked event
-loop); any other P0/P1 alert that fires during the fault is a false alert.
+loop), each with ``reasons[alert]``, the one-line mechanism by which the fault
+causes it (a table entry without one is refused when the table loads); any other
+P0/P1 alert that fires during the fault is a false alert.
 ``event``: a one-time event whose effect passes by itself (a cold start: the next
 requests pay the load, then the service is warm); once it has passed, a diagnosis
 that names nothing is right, one that names another fault is not.
@@ -22,9 +24,12 @@ that names nothing is right, one that names another fault is not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["FAULT_TABLE", "FaultInfo"]
+from ..errors import ConfigError
+
+__all__ = ["FAULT_TABLE", "FaultInfo", "build_table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,8 @@ class FaultInfo:
     consequences: tuple[str, ...] = ()
     suspects: tuple[str, ...] = ()
     event: bool = False
+    #: consequence -> the mechanism by which the fault causes it
+    reasons: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 _ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -226,106 +233,126 @@ _HURTS_CLIENTS = frozenset(
     }
 )
 
-#: Other alerts a fault legitimately causes, and why. The demo's model runs on the
-#: CPU, so work that would load a GPU loads the host's CPU here.
-_CONSEQUENCES: dict[str, tuple[str, ...]] = {
-    # a leak left running fills the device, and then allocations fail: at the full run's
-    # 6 MiB a request the device passes 90 % and requests' KV reservations begin to fail
-    # (about 18 % CUDA_OOM) before GPUMemoryHigh's 5-minute for: has run; a leak fast
-    # enough to pass 90 % within the phase reaches the top of the device before that
-    # for: ends
-    "gpu_memory_leak": ("GPUOutOfMemoryErrors",),
-    # over-long inputs are slow to process before they fail, and fill the device
-    "gpu_oom": ("GPUMemoryHigh", "InferenceLatencyHigh", "HostCPUSaturated"),
-    # a GPU that fell off the bus does no work while requests arrive, and every model
-    # call fails on it (the sim keeps an Xid 79 device lost until the revert resets it),
-    # the readiness probe's inference too
-    "gpu_xid": ("GPUUtilizationLow", "ServiceNotReady"),
-    # the batch job's kernels keep the SMs busy while it holds its memory: the device sits
-    # at 100 % through each on-phase (it pages even at the sweep's threshold severity)
-    "gpu_cotenant": ("GPUUtilizationHigh",),
-    # a slowed device is busy longer for the same work
-    # (and at 10x every worker waits on it: the pool fills and requests queue); the
-    # co-tenant's own kernels fill the rest of the time, so a contended device sits at
-    # 100 % and GPUSMStuck's "runaway kernel" is the co-tenant's (from moderate severity
-    # the least utilization stays >= 0.99 over the rule's whole window)
-    # A device slowed below the arrival rate queues without bound: QueueBacklog once the
-    # queue passes its limit, the sibling of QueueWaitHigh (quick x8 on a machine whose
-    # model takes 0.18 s: 1.4 s an inference, 2 workers serve 1.4/s of the 2/s sent, so
-    # the queue passes its limit within the phase)
-    "gpu_contention": (
-        "GPUUtilizationHigh",
-        "WorkerPoolSaturated",
-        "QueueWaitHigh",
-        "QueueBacklog",
-        "GPUSMStuck",
-    ),
-    # requests wait while the GPU idles: the very symptom of these two
-    "event_loop_blocked": (
-        "GPUUtilizationLow",
-        # blocked past its capacity (validate's 0.3 s a request at 4 requests/s) the
-        # service stops answering scrapes and probes: it is down to its clients too
-        "TargetDown",
-        "ServiceMetricsAbsent",
-        "ProbeFailing",
-        # the loop admits requests it cannot hand on: the admission queue grows to 11-13
-        # and can pass the pack's limit of 20
-        "QueueBacklog",
-        # ... and the requests in it wait: QueueWaitHigh pages, as it does for a
-        # saturated pool or a surge
-        "QueueWaitHigh",
-    ),
-    # stuck workers fill the admission queue, which then refuses with 429 (the admission
-    # control doing its job); it pages from the sweep's moderate severity on
-    "worker_pool_saturated": ("GPUUtilizationLow", "QueueWaitHigh", "HTTP429RateHigh"),
-    # a starved service leaves the device idle while requests are slow; and the demo's
-    # model runs on the CPU the burn takes: beside a leak's allocations (the pair
-    # cpu_burn + gpu_memory_leak) the model's 8 s P99 can hold at twice a 0.23 s SLA
-    # measured at start (0.47 s for 7 s against 0.20 s for cpu_burn alone). A GPU-bound
-    # model would not slow.
-    "cpu_burn": ("GPUUtilizationLow", "InferenceLatencyHigh"),
-    # a leak at the quick run's pace (24 MiB a request: 640 MiB -> 2.1 GiB RSS in 18 s)
-    # stalls the process while the kernel finds it pages: its CPU can fall to 0.02-0.05
-    # cores for 2 s with the host idle, then the host's system time rises to 0.5 core, and
-    # the inferences that finish after the stall take 0.3-0.5 s (the model's 8 s P99 over
-    # twice a 0.23 s SLA; the clients' P99 109 -> 686 ms). Not every run stalls, and the
-    # full run's 0.75 MiB a request does not.
-    "process_memory_leak": ("InferenceLatencyHigh",),
-    # the surge queues, waits, is refused, and keeps the model busy; its inputs are new
-    # (distinct, so the cache does not absorb it), so the hit ratio of the cache it
-    # goes through collapses (embeddings: ~1.0 -> ~0.02 in a quick run at x20). And the
-    # model's calls slow down: an engine batches a surge into larger, slower batches; the
-    # CPU-run demo model shares its process (the GIL) and 2 cores with the surge's HTTP
-    # work: at x20 (200 requests/s, the service's process at 1.0 core) a completion's
-    # inference can take 0.75 s against 0.15 s before, past twice a 0.30 s SLA measured
-    # at start, while the embeddings' calls stay at 0.07 s
-    "traffic_surge": (
-        "QueueWaitHigh",
-        "WorkerPoolSaturated",
-        "GPUUtilizationHigh",
-        "CacheHitRatioDrop",
-        "InferenceLatencyHigh",
-    ),
-    # work the deadline did not stop keeps workers, model and CPU busy; admission refuses
-    "timeouts_not_aborting": (
-        "HTTP429RateHigh",
-        "HostCPUSaturated",
-        "InferenceLatencyHigh",
-        "WorkerPoolSaturated",
-        "QueueWaitHigh",
-        "QueueBacklog",
-    ),
-    # lost packets slow the blackbox probe too
-    "network_loss": ("ProbeLatencyHigh", "ProbeFailing"),
-    # on the CPU-only demo the model shares the process (its GIL) and 2 cores with the
-    # server's work on 2,000 connections: inference slows (InferenceLatencyHigh paged in 4
-    # strict runs; the clients' P99 went 138 -> 652 ms in one)
-    "connection_flood": ("InferenceLatencyHigh",),
-    # on a VM the writer's I/O costs the guest CPU time the CPU-bound demo model shares:
-    # while the disk is saturated system time rises 0.03 -> 0.13-0.19 CPU-s/s and steal
-    # 0.01 -> 0.1-0.4, and the model's 8 s P99 can go 0.30 -> 0.73 s, past twice the
-    # measured SLA. A GPU-bound model would not slow.
-    "disk_io_saturation": ("InferenceLatencyHigh",),
+#: Other alerts a fault legitimately causes: alert -> the mechanism, one line each. The
+#: demo's model runs on the CPU, so work that would load a GPU loads the host's CPU here.
+#: An entry earns its place by its mechanism, never by having paged once; ``build_table``
+#: refuses one without a reason.
+_CONSEQUENCES: dict[str, dict[str, str]] = {
+    "gpu_memory_leak": {
+        # at the full run's 6 MiB a request about 18 % of requests fail with CUDA_OOM
+        # before GPUMemoryHigh's 5-minute for: has run
+        "GPUOutOfMemoryErrors": "the leak fills the device, so requests' KV-cache "
+        "reservations no longer fit and fail with CUDA_OOM",
+    },
+    "gpu_oom": {
+        "GPUMemoryHigh": "the fault books 97 % of the device's free memory to the service "
+        "(the fragmentation it stands for), past GPUMemoryHigh's 90 %",
+        # quick: 480 + 64 tokens reserve 272 MiB of the 307 MiB left; the full run's
+        # 480 + 256 reserve 368 MiB and never fit
+        "InferenceLatencyHigh": "a long request that still fits in what is left (one at a "
+        "time in quick runs) runs a 480-token prompt through the model, far past the SLA",
+        "HostCPUSaturated": "those long generations run back to back on the CPU-run demo "
+        "model, which spreads each over every core",
+    },
+    "gpu_xid": {
+        # The rule asks an idle device AND a queue or a P99 over 2 x SLA; on the sim a lost
+        # device refuses the KV reservation at once, so requests fail fast: nothing in the
+        # demo is known to cause the second half.
+        "GPUUtilizationLow": "a device fallen off the bus does no work while requests keep "
+        "arriving (unproven: the rule also needs a queue or a slow P99)",
+        "ServiceNotReady": "the readiness probe's inference fails on the lost device (the "
+        "sim keeps an Xid 79 device lost until the revert resets it)",
+    },
+    "gpu_cotenant": {
+        "GPUUtilizationHigh": "the batch job's kernels keep the SMs busy through each "
+        "on-phase, whatever the share of memory it takes",
+    },
+    "gpu_contention": {
+        # the sim counts a clock slowed by f as a co-tenant busy 1 - 1/f of the time
+        "GPUUtilizationHigh": "a contended device is busy with the co-tenant's kernels for "
+        "1 - 1/factor of the time, on top of the service's own",
+        "GPUSMStuck": "with the co-tenant's 1 - 1/factor and workers that never idle behind "
+        "the queue, the least utilization stays at 100 % over the rule's window",
+        "WorkerPoolSaturated": "each inference takes factor times longer, so both workers "
+        "are busy all the time once factor x the model's time x the rate passes the pool",
+        "QueueWaitHigh": "a pool slowed below the arrival rate makes requests wait for a worker",
+        "QueueBacklog": "a pool slowed below the arrival rate lets the queue grow without "
+        "bound, past its limit",
+    },
+    "event_loop_blocked": {
+        "GPUUtilizationLow": "requests wait on the blocked loop, past twice the SLA, while "
+        "the device idles: the rule's very condition",
+        # validate's 0.3 s a request at 4 requests/s asks 1.2 s of loop time a second
+        "TargetDown": "a loop blocked past its capacity cannot answer the agent's scrape in "
+        "time, so the target reads down",
+        "ServiceMetricsAbsent": "with every scrape failing, the service's HTTP series go "
+        "stale and then absent",
+        "ProbeFailing": "the blackbox probe's request waits behind the blocked loop past "
+        "its timeout",
+        "QueueBacklog": "requests admitted before the loop hands them on hold the admission "
+        "limit, so later ones queue at admission, past its limit",
+        "QueueWaitHigh": "the requests queued at admission wait for the loop to reach them",
+    },
+    "worker_pool_saturated": {
+        "GPUUtilizationLow": "stuck workers run no model work, so the device idles while "
+        "requests queue: the rule's very condition",
+        "QueueWaitHigh": "requests wait in the queue for workers that never come free",
+        "HTTP429RateHigh": "the queue in front of the stuck workers fills, and admission "
+        "control refuses the rest with 429",
+    },
+    "cpu_burn": {
+        "GPUUtilizationLow": "the burn slows every request past twice the SLA while the "
+        "demo's device stays under its low-utilization bound",
+        # a GPU-bound model would not slow
+        "InferenceLatencyHigh": "the demo's model runs on the CPU the burn takes, so each "
+        "inference gets a share of the cores and takes longer",
+    },
+    "process_memory_leak": {
+        # quick pace only (24 MiB a request); the full run's 0.75 MiB a request does not
+        "InferenceLatencyHigh": "touching every page of each leaked chunk stalls the "
+        "process that runs the CPU model while the kernel finds pages",
+    },
+    "traffic_surge": {
+        "QueueWaitHigh": "a surge past the pool's capacity fills the queue in front of the "
+        "workers, and requests wait in it",
+        "WorkerPoolSaturated": "a surge past the pool's capacity keeps every worker busy",
+        "GPUUtilizationHigh": "a saturated pool keeps the model computing all the time, and "
+        "the device busy",
+        "CacheHitRatioDrop": "the surge's distinct inputs all miss, and the 429s it causes "
+        "refuse validate's repeated inputs, so hits fall along with the ratio",
+        # a GPU engine batches a surge into larger, slower batches
+        "InferenceLatencyHigh": "the CPU-run model shares its process (the GIL) and the "
+        "cores with the surge's HTTP work, so each inference takes longer",
+    },
+    "timeouts_not_aborting": {
+        "HTTP429RateHigh": "generations nobody waits for hold the workers, the queue fills "
+        "and admission refuses the rest",
+        "HostCPUSaturated": "the abandoned 256-token generations keep running on the CPU-run "
+        "model, which spreads each over every core",
+        "InferenceLatencyHigh": "the impatient client's 256-token generations are in the "
+        "model's inference time, far past the SLA of validate's short ones",
+        "WorkerPoolSaturated": "work the deadline did not stop keeps every worker busy",
+        "QueueWaitHigh": "requests wait for workers held by abandoned work",
+        "QueueBacklog": "workers held by abandoned work fall behind the arrivals, and the "
+        "queue grows past its limit",
+    },
+    "network_loss": {
+        "ProbeLatencyHigh": "the blackbox probe crosses the lossy link, and a lost segment "
+        "waits for its retransmission timeout",
+        "ProbeFailing": "a probe whose segments are lost again and again passes its timeout",
+    },
+    "connection_flood": {
+        # uvicorn's keep-alive timeout is 5 s, and the flood reopens each connection
+        "InferenceLatencyHigh": "2,000 connections reopened every few seconds with a "
+        "request each load the service's loop, which shares the GIL and the cores with "
+        "the CPU-run model",
+    },
+    "disk_io_saturation": {
+        # on a VM system time rises 0.03 -> 0.13-0.19 CPU-s/s and steal 0.01 -> 0.1-0.4
+        # while the disk is saturated; a GPU-bound model would not slow
+        "InferenceLatencyHigh": "the writer's direct I/O costs guest CPU time (system and "
+        "steal) that the CPU-run model shares",
+    },
 }
 
 #: One-time events: the fault happens once and its effect passes on its own.
@@ -337,19 +364,43 @@ _EVENTS = frozenset(
     }
 )
 
+
+def build_table(
+    rows: Iterable[tuple[str, str, tuple[str, ...], str]],
+    consequences: Mapping[str, Mapping[str, str]],
+) -> dict[str, FaultInfo]:
+    """name -> FaultInfo from the rows and the allowed consequences (fault -> alert ->
+    reason); ``ConfigError`` for a consequence of a fault the rows do not hold, or one
+    without a one-line reason (the mechanism by which the fault causes the alert)."""
+    rows = tuple(rows)
+    names = {r[0] for r in rows}
+    for fault, entries in consequences.items():
+        if fault not in names:
+            raise ConfigError(f"fault table: consequences of {fault!r}, which has no row")
+        for alert, reason in entries.items():
+            if not isinstance(reason, str) or not reason.strip() or "\n" in reason:
+                raise ConfigError(
+                    f"fault table: consequence {alert!r} of {fault!r} has no reason: each "
+                    "allowed consequence states, in one line, the mechanism by which the "
+                    "fault causes it"
+                )
+    return {
+        name: FaultInfo(
+            name,
+            layer,
+            None if name in _SUSPECTS else name,
+            alerts,
+            desc,
+            hurts_clients=name in _HURTS_CLIENTS,
+            consequences=tuple(consequences.get(name, {})),
+            suspects=_SUSPECTS.get(name, ()),
+            event=name in _EVENTS,
+            reasons=dict(consequences.get(name, {})),
+        )
+        for name, layer, alerts, desc in rows
+    }
+
+
 #: name -> FaultInfo; the signature id is the fault name for every fault the knowledge
 #: base knows, None for the ones in ``_SUSPECTS``.
-FAULT_TABLE: dict[str, FaultInfo] = {
-    name: FaultInfo(
-        name,
-        layer,
-        None if name in _SUSPECTS else name,
-        alerts,
-        desc,
-        hurts_clients=name in _HURTS_CLIENTS,
-        consequences=_CONSEQUENCES.get(name, ()),
-        suspects=_SUSPECTS.get(name, ()),
-        event=name in _EVENTS,
-    )
-    for name, layer, alerts, desc in _ROWS
-}
+FAULT_TABLE: dict[str, FaultInfo] = build_table(_ROWS, _CONSEQUENCES)

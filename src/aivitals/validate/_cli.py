@@ -28,7 +28,8 @@ __all__ = ["validate"]
 @click.option(
     "--sweep",
     is_flag=True,
-    help="Run every fault at three severities (threshold, moderate, severe).",
+    help="Run every graded fault at three severities (threshold, moderate, severe), "
+    "and once each fault with a single magnitude (fault@single).",
 )
 @click.option(
     "--soak",
@@ -112,9 +113,17 @@ def validate(
     from ._scenarios import SCENARIOS, hostable
 
     if list_only:
+        from ._severity import SINGLE, severities
+
         for name, s in SCENARIOS.items():
             why = hostable(s)
-            click.echo(f"{name:<24} {'can run here' if why is None else 'skipped: ' + why}")
+            text = "can run here" if why is None else "skipped: " + why
+            if sweep:  # a fault with one magnitude runs once, not under three names
+                sevs = severities(name)
+                text += " (once, at single)" if sevs == (SINGLE,) else f" (at {', '.join(sevs)})"
+            click.echo(f"{name:<24} {text}")
+        if sweep:
+            return  # a sweep runs no pair unless --scenarios names one
         from ._cases import PAIRS
 
         for pair in PAIRS:

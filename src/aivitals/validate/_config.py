@@ -28,8 +28,9 @@ class ValidateConfig:
     a scenario's fault parameters: ``{"redis_down": {"method": 1}}``.
 
     ``scenarios`` names faults or pairs (``"redis_down+traffic_surge"``); unset,
-    every fault and the listed pairs run. ``sweep`` runs every fault at its three
-    severities (threshold, moderate, severe) instead. ``record`` saves each
+    every fault and the listed pairs run. ``sweep`` runs every graded fault at its
+    three severities (threshold, moderate, severe) and each fault with a single
+    magnitude once (``fault@single``) instead. ``record`` saves each
     case's window as a snapshot with its label in that directory.
     """
 

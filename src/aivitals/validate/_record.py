@@ -77,7 +77,7 @@ RECORDING_FORMAT = 1
 #: The suffix ``Store.save`` snapshots carry in the docs and tests.
 SNAPSHOT_SUFFIX = ".aivsnap"
 KINDS = ("fault", "pair", "soak", "unknown")
-SEVERITIES = ("threshold", "moderate", "severe")
+SEVERITIES = ("threshold", "moderate", "severe", "single")
 #: More ticks than this without a heartbeat sample is a gap: the agent stalled or the
 #: store lost data, and a diagnosis of the window would judge a hole, not the fault.
 #: Five, not one: on a loaded machine a scrape runs a tick or two late now and then.

@@ -104,7 +104,8 @@ def warm_up_seconds(config: ValidateConfig) -> float:
 
 def cases_of(config: ValidateConfig) -> list[Case]:
     """The cases a run makes, in order: the named ones, else every fault then the pairs;
-    a sweep runs each single fault at every severity (a named pair at its own values)."""
+    a sweep runs each single fault at each of its severities (``_severity.severities``:
+    a fault with one magnitude once) and a named pair at its own values."""
     if config.scenarios:
         base = [case(n) for n in config.scenarios]
     else:
@@ -113,12 +114,12 @@ def cases_of(config: ValidateConfig) -> list[Case]:
             base += [Case(tuple(SCENARIOS[f] for f in pair)) for pair in PAIRS]
     if not config.sweep:
         return base
-    from ._severity import SEVERITIES
+    from ._severity import severities
 
     return [
         Case(c.scenarios, sev) if not c.is_pair else c
         for c in base
-        for sev in (SEVERITIES if not c.is_pair else (None,))
+        for sev in (severities(c.faults[0]) if not c.is_pair else (None,))
     ]
 
 

@@ -1,9 +1,14 @@
-"""The severity sweep: every fault at threshold, moderate and severe, and whether a run
-reached the magnitude it asked for.
+"""The severity sweep: every graded fault at threshold, moderate and severe, every other
+fault once, and whether a run reached the magnitude it asked for.
 
-*severe* is today's scenario (``Scenario.quick_params`` or ``Scenario.params``, merged
-onto the fault's defaults). *threshold* is the magnitude at which the knowledge's bound
-for the fault's defining signal is just crossed, and *moderate* twice that magnitude.
+*threshold* is the magnitude at which the knowledge's bound for the fault's defining
+signal is just crossed, and *moderate* twice that magnitude; where twice does not fit
+under what the system can take (a share of the device, of the fd limit), moderate is
+halfway from the threshold to that limit. *severe* is today's scenario
+(``Scenario.quick_params`` or ``Scenario.params``, merged onto the fault's defaults),
+except where the knob sets it: at the limit where moderate is capped, and at twice
+moderate where today's asks less than moderate; so severe >= moderate >= threshold for
+every graded fault.
 No value here is tuned to make a case pass: each is computed below from a bound of
 the rule pack (``PackParams`` defaults, with validate's demo SLA), of a diagnosis
 signature (``load_signatures()``), or of DOMAIN.md, and from what validate's run is
@@ -14,13 +19,15 @@ a GPU leak of 2e6 bytes/s (the signature), P99 over twice the SLA, 5 % packet lo
 100 ms of added latency (the signature's 0.2 s probe round trip).
 
 A fault whose parameter does not change its signal's size (an Xid happens or not)
-has one magnitude and runs with today's values at all three severities; so does a
-fault the knowledge base has no threshold for.
+has one magnitude, and so does a fault the knowledge base has no threshold for: the
+sweep runs it once, at today's values, as ``fault@single`` (``SINGLE``), never three
+times under three names.
 
 ``reached`` measures, after the fault phase, the magnitude the fault achieved from
-the agent's store and compares it with the one asked: a sweep case whose fault could
-not reach its severity on this machine is reported as such, not as a pass or a miss.
-``summarize_sweep`` turns a sweep's JSON report into the benchmark's numbers.
+the agent's store and compares it with the one asked. ``summarize_sweep`` turns a
+sweep's JSON report into the benchmark's numbers, counting every case run: one that
+did not reach its magnitude is *not reached* and one whose alerts were not tested is
+*diagnosis only*, neither of them caught.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -38,13 +45,16 @@ from ._report import Check
 
 __all__ = [
     "NOMINAL_EMBEDDINGS_RPS",
+    "OUTCOMES",
     "SEVERITIES",
+    "SINGLE",
     "TOLERANCE",
     "Knob",
     "beyond_reach",
     "knob",
     "magnitude",
     "reached",
+    "severities",
     "severity_params",
     "severity_table",
     "summarize_sweep",
@@ -52,7 +62,10 @@ __all__ = [
     "surge_load",
 ]
 
+#: the severities of a graded fault, weakest first
 SEVERITIES = ("threshold", "moderate", "severe")
+#: the one severity of a fault without a graded parameter: today's values, run once
+SINGLE = "single"
 
 #: A graded fault reached its severity when the measured magnitude is at least this
 #: close to the one asked: validate's load is a few Poisson requests a second, so a
@@ -113,16 +126,26 @@ def _down(x: float, step: float) -> float:
     return round(math.floor(x / step + 1e-9) * step, 6)
 
 
+def _capped(threshold: float, twice: float, limit: float, step: float) -> float:
+    """Moderate's value: ``twice`` the threshold's magnitude, or where that passes the
+    ``limit``, halfway from the threshold to it (the limit itself is severe's)."""
+    if twice <= limit:
+        return _up(twice, step)
+    return _up((threshold + limit) / 2, step)
+
+
 # -- the table ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Knob:
     """How one fault is swept.
 
     ``param`` is the parameter the severities change (None: the fault has one
-    magnitude); ``threshold`` and ``moderate`` the values they set (the other
-    parameters stay today's); ``unit`` and ``bound`` the magnitude in the measured
-    signal's terms and the knowledge's bound on it; ``source`` where that bound
-    comes from; ``note`` a cap or a caveat.
+    magnitude and runs once, as ``SINGLE``); ``threshold`` and ``moderate`` the values
+    they set (the other parameters stay today's); ``severe`` the values severe sets
+    instead of today's (the limit of a capped knob, or twice moderate where today's
+    ask less; empty: today's); ``unit`` and ``bound`` the
+    magnitude in the measured signal's terms and the knowledge's bound on it;
+    ``source`` where that bound comes from; ``note`` a cap or a caveat.
     """
 
     fault: str
@@ -133,6 +156,7 @@ class Knob:
     threshold: Mapping[str, float]
     moderate: Mapping[str, float]
     note: str = ""
+    severe: Mapping[str, float] = field(default_factory=dict)
 
 
 def _loop_outside(seconds: float, rate: float) -> float:
@@ -258,6 +282,10 @@ def _knobs() -> dict[str, Knob]:
     weights = demo.sim_weights_bytes / demo.sim_gpu_memory_total
     need = pack.gpu_memory_ratio - weights
     free = 1.0 - weights
+    # twice the share does not fit beside the weights (the sim refuses the whole
+    # allocation): the most that fits, a step below the free share for the KV
+    # reservations of requests in flight, is severe, and moderate lies halfway to it
+    most = _down(free - 0.01, 0.01)
     out.append(
         Knob(
             "gpu_cotenant",
@@ -267,11 +295,10 @@ def _knobs() -> dict[str, Knob]:
             f"GPUMemoryHigh gpu_memory_ratio {pack.gpu_memory_ratio:g} minus the demo's "
             f"weights ({weights:.3f} of the sim device)",
             {"share": _up(need, 0.01)},
-            # twice the share does not fit beside the weights (the sim refuses the
-            # whole allocation): the most that fits, a step below the free share for
-            # the KV reservations of requests in flight
-            {"share": min(_up(2 * need, 0.01), _down(free - 0.01, 0.01))},
-            f"moderate capped: 2 x {need:.3f} does not fit in the {free:.3f} left free",
+            {"share": _capped(_up(need, 0.01), 2 * need, most, 0.01)},
+            f"capped: 2 x {need:.3f} does not fit in the {free:.3f} left free; severe is "
+            f"the most that fits ({most:g}), moderate halfway to it",
+            severe={"share": most},
         )
     )
     # Contention: InferenceLatencyHigh, P99 over 2 x SLA; the slowdown multiplies the
@@ -287,6 +314,8 @@ def _knobs() -> dict[str, Knob]:
             f"answers in ~{DEMO_INFERENCE_S:g} s",
             {"factor": _up(p99 / DEMO_INFERENCE_S, 0.1)},
             {"factor": _up(2 * p99 / DEMO_INFERENCE_S, 0.1)},
+            "the scenario's factor asks less than moderate: severe is twice moderate",
+            severe={"factor": _up(4 * p99 / DEMO_INFERENCE_S, 0.1)},
         )
     )
     # Blocked loop: LatencyHighWorkersIdle, mean time outside the model over
@@ -331,9 +360,14 @@ def _knobs() -> dict[str, Knob]:
             pack.fd_ratio,
             f"FdsNearLimit fd_ratio {pack.fd_ratio:g} of the stack's {limit:g} fds",
             {"connections": _up(pack.fd_ratio * limit, 1)},
-            {"connections": min(_up(2 * pack.fd_ratio * limit, 1), limit)},
-            "moderate capped at the fd limit (a share of it cannot pass 1); the service's "
-            "own fds come on top",
+            {
+                "connections": _capped(
+                    _up(pack.fd_ratio * limit, 1), 2 * pack.fd_ratio * limit, limit, 1
+                )
+            },
+            "capped: a share of the fd limit cannot pass 1, so severe is the limit and "
+            "moderate halfway to it; the service's own fds come on top",
+            severe={"connections": limit},
         )
     )
     # Inputs: InputRejectionsHigh, refused share of all requests per reason.
@@ -391,7 +425,9 @@ def _knobs() -> dict[str, Knob]:
             # twice the demand: twice the workers at the same load (a busy share cannot
             # pass 100 %, a run queue can)
             {"workers": 2 * cpus, "load": _up(100 * busy, 1)},
-            "today's value (every CPU at 100 %) is 1.1 x the threshold",
+            "today's value (every CPU at 100 %) is 1.1 x the threshold, under moderate's "
+            "demand: severe is twice moderate's",
+            severe={"workers": 4 * cpus, "load": _up(100 * busy, 1)},
         )
     )
     out.append(
@@ -524,9 +560,26 @@ def knob(fault: str) -> Knob:
     return table[fault]
 
 
-def _check_severity(severity: str) -> None:
-    if severity not in SEVERITIES:
-        raise ConfigError(f"unknown severity {severity!r}; expected one of {', '.join(SEVERITIES)}")
+def severities(fault: str) -> tuple[str, ...]:
+    """The severities the sweep runs ``fault`` at: ``SEVERITIES`` for a graded fault,
+    ``(SINGLE,)`` for one with a single magnitude; ``ConfigError`` for an unknown fault."""
+    return SEVERITIES if knob(fault).param is not None else (SINGLE,)
+
+
+def _check_severity(fault: str, severity: str) -> None:
+    if severity not in (*SEVERITIES, SINGLE):
+        known = ", ".join((*SEVERITIES, SINGLE))
+        raise ConfigError(f"unknown severity {severity!r}; expected one of {known}")
+    allowed = severities(fault)
+    if severity not in allowed:
+        raise ConfigError(
+            f"{fault} runs at {', '.join(allowed)}, not {severity!r}: "
+            + (
+                "it has one magnitude, run once"
+                if allowed == (SINGLE,)
+                else "it has a graded parameter"
+            )
+        )
 
 
 def _defaults(fault: str) -> dict[str, Any]:
@@ -546,10 +599,10 @@ def _defaults(fault: str) -> dict[str, Any]:
 def severity_params(
     fault: str, severity: str, *, quick: bool, capacity: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The fault's parameters at ``severity`` (one of ``SEVERITIES``) for a quick or a
-    full run; ``ConfigError`` for an unknown fault or severity. ``capacity`` (what
-    ``calibrate_capacity`` measured) sizes a surge against this machine's service; None,
-    against the nominal one.
+    """The fault's parameters at ``severity`` (one of ``severities(fault)``) for a quick
+    or a full run; ``ConfigError`` for an unknown fault or severity, or a severity the
+    fault does not run at. ``capacity`` (what ``calibrate_capacity`` measured) sizes a
+    surge against this machine's service; None, against the nominal one.
 
     **Usage**::
 
@@ -557,16 +610,31 @@ def severity_params(
     """
     from ._scenarios import scenario
 
-    _check_severity(severity)
     k = knob(fault)
+    _check_severity(fault, severity)
     s = scenario(fault)
     today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
-    if severity == "severe" or k.param is None:
+    if severity == SINGLE:
         return today
     if fault == "traffic_surge":  # capacity None: the nominal pool, as the knob's own
-        load = (k.bound or 1.0) * (1.0 if severity == "threshold" else 2.0)
-        return {**today, "factor": surge_factor(load, capacity)}
+        return {**today, "factor": _surge_at(severity, float(today["factor"]), capacity)}
+    if severity == "severe":
+        return {**today, **k.severe}
     return {**today, **(k.threshold if severity == "threshold" else k.moderate)}
+
+
+def _surge_at(severity: str, today: float, capacity: Mapping[str, Any] | None) -> float:
+    """A surge's factor at ``severity`` against ``capacity``: the load of the threshold,
+    twice it, and today's factor unless a larger pool makes that less than moderate's
+    load (then twice moderate's)."""
+    limit = knob("traffic_surge").bound or 1.0
+    if severity == "threshold":
+        return surge_factor(limit, capacity)
+    if severity == "moderate":
+        return surge_factor(2 * limit, capacity)
+    if surge_load(today, capacity) >= surge_load(surge_factor(2 * limit, capacity), capacity):
+        return today
+    return surge_factor(4 * limit, capacity)
 
 
 def magnitude(
@@ -630,7 +698,7 @@ def beyond_reach(
     moderate those alerts are reported as out of reach rather than missed; the diagnosis
     still has to name the leak.
     """
-    _check_severity(severity)
+    _check_severity(fault, severity)
     if severity == "severe" or fault != "gpu_memory_leak":
         return {}
     import promql_parser
@@ -660,13 +728,16 @@ def beyond_reach(
 
 
 def severity_table(*, quick: bool) -> list[dict[str, Any]]:
-    """One row per fault: the parameter swept, its three values, the bound and its source."""
+    """One row per fault: the parameter swept, the severities it runs at and their
+    values (a single-magnitude fault: ``single``, its scenario's), the bound and its
+    source."""
     from ._scenarios import SCENARIOS
 
     rows = []
     for fault in SCENARIOS:
         k = knob(fault)
-        values = {sev: severity_params(fault, sev, quick=quick) for sev in SEVERITIES}
+        sevs = severities(fault)
+        values = {sev: severity_params(fault, sev, quick=quick) for sev in sevs}
         shown = [k.param] if k.param else []
         if fault == "cpu_burn":
             shown = ["workers", "load"]
@@ -674,7 +745,8 @@ def severity_table(*, quick: bool) -> list[dict[str, Any]]:
             {
                 "fault": fault,
                 "param": ", ".join(shown) or "-",
-                **{sev: {p: values[sev].get(p) for p in shown} for sev in SEVERITIES},
+                "severities": list(sevs),
+                **{sev: {p: values[sev].get(p) for p in shown} for sev in sevs},
                 "unit": k.unit,
                 "bound": k.bound,
                 "source": k.source,
@@ -976,8 +1048,9 @@ def _asked(
     if m is None:
         return k.bound
     if fault == "event_loop_blocked" and not math.isfinite(m):
-        # past the loop's saturation the model has no steady state: at least moderate
-        return 2 * (k.bound or 0.0)
+        # past the loop's saturation the model has no steady state: at least what
+        # moderate asks (twice the bound, rounded up to the sleep's step), never less
+        return max(2 * (k.bound or 0.0), magnitude(fault, {**params, **k.moderate}) or 0.0)
     if fault == "cpu_burn":
         return min(1.0, m)  # a busy share cannot pass 100 %
     return m
@@ -1015,8 +1088,8 @@ def reached(
     here (the text says why). ``None`` only for a fault whose magnitude is not a
     number the agent collects.
     """
-    _check_severity(severity)
     k = knob(fault)
+    _check_severity(fault, severity)
     if fault in _UNMEASURED:
         return None
     del quick  # the magnitude asked is in params; the phase times set the windows
@@ -1074,83 +1147,185 @@ def _quantile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def summarize_sweep(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The sweep's numbers from a validate report (``Report.to_dict()`` / its JSON).
+#: What became of a sweep case, each counted once, in the order they are judged: not run
+#: (skipped, or cut short by Ctrl-C), crashed, short of the magnitude it asked, missed by
+#: an expected alert or by the diagnosis, named by the diagnosis with no alert to test (the
+#: fault has none, or its magnitude cannot make them fire in the phase), caught.
+OUTCOMES = ("not tested", "error", "not reached", "missed", "diagnosis only", "caught")
 
-    Per case (fault x severity): caught (every expected alert fired and the
-    diagnosis named the fault, and kept naming it), the time from injection to the
-    first expected alert and to the stable correct finding, and whether the
-    severity was reached. Totals: caught shares per severity over the cases whose
-    severity was reached (or could not be measured), the unreached ones counted
-    apart; time-to-detection percentiles over the caught cases; false P0/P1 alerts
-    per hour of fault phase. ``ConfigError`` for a report without sweep cases.
-    """
-    if not isinstance(report, Mapping) or not isinstance(report.get("scenarios"), list):
-        raise ConfigError("not a validate report: no 'scenarios' list")
-    cases = []
-    fault_s = 0.0
-    false_alerts = 0
-    for s in report["scenarios"]:
-        sev = s.get("severity")
-        if sev is None:
-            continue  # a pair or a plain case beside the sweep
-        if sev not in SEVERITIES:
-            raise ConfigError(f"case {s.get('fault')!r}: unknown severity {sev!r}")
-        checks = {c["name"]: c for c in s.get("checks", [])}
-        alerts = [c for n, c in checks.items() if n.startswith("alert:")]
-        diag = checks.get("diagnosis")
-        sev_check = checks.get("severity")
-        other = checks.get("other_alerts")
-        case: dict[str, Any] = {
-            "case": s.get("fault"),
-            "fault": "+".join(s.get("faults") or [str(s.get("fault", "")).split("@")[0]]),
-            "severity": sev,
-            "skipped": s.get("skipped"),
-            "error": s.get("error"),
-        }
-        cases.append(case)
-        if s.get("skipped") or s.get("error") == "interrupted":
-            # not run, or cut short by Ctrl-C: neither caught nor missed
-            case.update(caught=None, reached=None)
-            continue
-        fired = [c["data"]["after_s"] for c in alerts if c.get("ok") and "after_s" in c["data"]]
-        diag_ok = bool(diag and diag.get("ok"))
-        case["caught"] = s.get("error") is None and all(c.get("ok") for c in alerts) and diag_ok
-        case["first_alert_s"] = min(fired) if fired else None
-        case["finding_s"] = diag["data"].get("after_s") if diag_ok and diag else None
-        case["stable_share"] = (diag or {}).get("data", {}).get("stable_share")
-        case["reached"] = None if sev_check is None else sev_check.get("ok")
-        case["reached_text"] = None if sev_check is None else sev_check.get("text")
-        false = list((other or {}).get("data", {}).get("false_paging", []))
-        case["false_p0p1"] = false
+
+def _outcome(case: Mapping[str, Any]) -> str:
+    if case.get("skipped") or case.get("error") == "interrupted":
+        return "not tested"
+    if case.get("error"):
+        return "error"
+    if case.get("reached") is False:
+        return "not reached"
+    if not case.get("diag_ok") or case.get("alerts_ok") is False:
+        return "missed"
+    if not case.get("alerts_tested"):
+        return "diagnosis only"
+    return "caught"
+
+
+def _severity_of(name: Any, fault: str, severity: Any) -> tuple[str, str | None]:
+    """The case's severity as the sweep counts it, and the one the report named where
+    they differ: a report from before single-magnitude faults ran once names their three
+    runs threshold, moderate and severe; they count as three runs at ``SINGLE``."""
+    if severity not in (*SEVERITIES, SINGLE):
+        raise ConfigError(f"case {name!r}: unknown severity {severity!r}")
+    if severity in SEVERITIES and fault in _knobs() and knob(fault).param is None:
+        return SINGLE, severity
+    return severity, None
+
+
+def _case_of_report(s: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One sweep case of a validate report (None for a pair or a plain case beside it)."""
+    if s.get("severity") is None:
+        return None
+    fault = "+".join(s.get("faults") or [str(s.get("fault", "")).split("@")[0]])
+    sev, ran_as = _severity_of(s.get("fault"), fault, s.get("severity"))
+    checks = {c["name"]: c for c in s.get("checks", [])}
+    alerts = [c for n, c in checks.items() if n.startswith("alert:")]
+    diag = checks.get("diagnosis")
+    sev_check = checks.get("severity")
+    diag_ok = bool(diag and diag.get("ok"))
+    fired = [c["data"]["after_s"] for c in alerts if c.get("ok") and "after_s" in c["data"]]
+    t0, t1 = s.get("t_fault"), s.get("t_revert") or s.get("ended_at")
+    phase = (
+        float(t1) - float(t0)
+        if isinstance(t0, int | float) and isinstance(t1, int | float)
+        else 0.0
+    )
+    return {
+        "case": s.get("fault"),
+        "fault": fault,
+        "severity": sev,
+        "ran_as": ran_as,
+        "skipped": s.get("skipped"),
+        "error": s.get("error"),
         # expected alerts this magnitude cannot make fire in its phase (``beyond_reach``)
-        case["beyond_reach"] = sorted(
-            n.split(":", 1)[1] for n in checks if n.startswith("beyond_reach:")
-        )
-        false_alerts += len(false)
-        t0, t1 = s.get("t_fault"), s.get("t_revert") or s.get("ended_at")
-        if isinstance(t0, int | float) and isinstance(t1, int | float) and t1 > t0:
-            fault_s += t1 - t0
+        # are not among the alert checks: they were not tested
+        "alerts_tested": len(alerts),
+        "alerts_ok": all(c.get("ok") for c in alerts),
+        "diag_ok": diag_ok,
+        "first_alert_s": min(fired) if fired else None,
+        "finding_s": diag["data"].get("after_s") if diag_ok and diag else None,
+        "stable_share": (diag or {}).get("data", {}).get("stable_share"),
+        "reached": None if sev_check is None else sev_check.get("ok"),
+        "reached_text": None if sev_check is None else sev_check.get("text"),
+        "false_p0p1": list(
+            (checks.get("other_alerts") or {}).get("data", {}).get("false_paging", [])
+        ),
+        "beyond_reach": sorted(n.split(":", 1)[1] for n in checks if n.startswith("beyond_reach:")),
+        "fault_s": max(0.0, phase),
+    }
+
+
+def _case_of_summary(c: Mapping[str, Any]) -> dict[str, Any]:
+    """One case of an earlier ``summarize_sweep`` answer (a detection_sweep results
+    file), for its report to be counted again under these rules. An answer from before
+    the outcomes were kept says only whether the case was caught: the alerts it tested
+    are the fault table's less those out of reach, and a case the diagnosis named but
+    did not catch missed an alert."""
+    fault = str(c.get("fault", ""))
+    sev, ran_as = _severity_of(c.get("case"), fault, c.get("ran_as") or c.get("severity"))
+    out = dict(c)
+    out.update(severity=sev, ran_as=ran_as)
+    out.setdefault("false_p0p1", [])
+    out.setdefault("beyond_reach", [])
+    if "diag_ok" not in c:
+        from ..chaos import FAULT_TABLE
+
+        faults = fault.split("+")
+        unknown = [f for f in faults if f not in FAULT_TABLE]
+        if unknown:
+            raise ConfigError(f"case {c.get('case')!r}: no fault table row for {unknown[0]!r}")
+        expected = {a for f in faults for a in FAULT_TABLE[f].alerts}
+        diag_ok = c.get("caught") is True or c.get("finding_s") is not None
+        out["diag_ok"] = diag_ok
+        out["alerts_tested"] = len(expected - set(out["beyond_reach"]))
+        out["alerts_ok"] = True if c.get("caught") else (False if diag_ok else None)
+    return out
+
+
+def _cases(report: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Mapping[str, Any] | None]:
+    """The sweep cases of a validate report, or of an earlier summary (then also it)."""
+    if not isinstance(report, Mapping):
+        raise ConfigError("not a validate report: no 'scenarios' list")
+    if isinstance(report.get("scenarios"), list):
+        got = (_case_of_report(s) for s in report["scenarios"])
+        return [c for c in got if c is not None], None
+    earlier = report.get("summary")
+    if isinstance(earlier, Mapping) and isinstance(earlier.get("cases"), list):
+        return [_case_of_summary(c) for c in earlier["cases"]], earlier
+    raise ConfigError(
+        "not a validate report: no 'scenarios' list (nor a detection_sweep result's "
+        "'summary' with its 'cases')"
+    )
+
+
+def summarize_sweep(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's numbers from a validate report (``Report.to_dict()`` / its JSON), or
+    from a detection_sweep results file (its ``summary``, counted again).
+
+    Per case (fault x severity, or a single-magnitude fault's one run): its outcome
+    (``OUTCOMES``; caught means every expected alert fired and the diagnosis named the
+    fault, and kept naming it, at the magnitude asked), the time from injection to the
+    first expected alert and to the stable correct finding, and whether the severity was
+    reached. Per severity (``SEVERITIES`` and ``SINGLE``): the cases caught, tested and
+    not tested, and the outcomes of the others; ``caught`` is each one's caught share over
+    every case tested (a crash, a case short of its magnitude and one with no alert to
+    test all count, as not caught). Time-to-detection percentiles over the caught
+    cases; false P0/P1 alerts per hour of fault phase; ``consequences``, the allowed
+    consequence entries of the fault table. ``ConfigError`` for a report without sweep
+    cases.
+    """
+    from ..chaos import FAULT_TABLE
+
+    cases, earlier = _cases(report)
     if not cases:
         raise ConfigError("the report holds no sweep case (run 'aivitals validate --sweep')")
-    ran = [c for c in cases if c.get("caught") is not None]
-    unreached = [c for c in ran if c["reached"] is False]
-    counted = [c for c in ran if c["reached"] is not False]
+    for c in cases:
+        c["outcome"] = _outcome(c)
+        c["caught"] = None if c["outcome"] == "not tested" else c["outcome"] == "caught"
+    tested = [c for c in cases if c["outcome"] != "not tested"]
+    by_severity: dict[str, dict[str, int]] = {}
     shares: dict[str, float | None] = {}
-    for sev in SEVERITIES:
-        at = [c for c in counted if c["severity"] == sev]
-        shares[sev] = sum(c["caught"] for c in at) / len(at) if at else None
-    ttd = [c["first_alert_s"] for c in counted if c["caught"] and c["first_alert_s"] is not None]
+    for sev in (*SEVERITIES, SINGLE):
+        at = [c for c in cases if c["severity"] == sev]
+        n = {o: sum(c["outcome"] == o for c in at) for o in OUTCOMES}
+        by_severity[sev] = {
+            "caught": n["caught"],
+            "tested": len(at) - n["not tested"],
+            "not_tested": n["not tested"],
+            **{o.replace(" ", "_"): n[o] for o in OUTCOMES[1:-1]},
+        }
+        shares[sev] = (
+            n["caught"] / by_severity[sev]["tested"] if by_severity[sev]["tested"] else None
+        )
+    ttd = [c["first_alert_s"] for c in tested if c["caught"] and c.get("first_alert_s") is not None]
+    false_alerts = sum(len(c["false_p0p1"]) for c in tested)
+    if earlier is not None and not all("fault_s" in c for c in tested):
+        fault_s = float(earlier.get("fault_hours") or 0.0) * 3600.0
+    else:
+        fault_s = sum(float(c.get("fault_s") or 0.0) for c in tested)
+    count = {o: sum(c["outcome"] == o for c in cases) for o in OUTCOMES}
     return {
         "cases": cases,
         "caught": shares,
+        "by_severity": by_severity,
+        "not_reached": count["not reached"],
+        "diagnosis_only": count["diagnosis only"],
+        "errors": count["error"],
+        "missed": count["missed"],
+        "not_tested": count["not tested"],
+        "consequences": sum(len(i.consequences) for i in FAULT_TABLE.values()),
         "ttd_p50_s": _quantile(ttd, 0.5),
         "ttd_p90_s": _quantile(ttd, 0.9),
         "false_p0p1": false_alerts,
         "fault_hours": fault_s / 3600.0,
         "false_p0p1_per_h": false_alerts / (fault_s / 3600.0) if fault_s > 0 else None,
-        "unreached": len(unreached),
-        "skipped": len(cases) - len(ran),
-        "ran": len(ran),
-        "interrupted": bool(report.get("interrupted")),
+        "ran": len(tested),
+        "interrupted": bool(report.get("interrupted") or (earlier or {}).get("interrupted")),
     }
