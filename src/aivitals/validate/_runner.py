@@ -16,7 +16,6 @@ from ._cases import PAIRS, Case, case
 from ._config import ValidateConfig
 from ._load import LoadPhase, LoadPlan
 from ._lock import RunLock
-from ._record import MIN_DIAGNOSIS_WINDOW, QUICK_MIN_WINDOW
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
 
@@ -85,21 +84,11 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
         return report
 
 
-#: Load on a fresh stack before the first scenario (quick runs): the request and
-#: cache rates ramp up from zero for several seconds, and a 4 s baseline taken on
-#: that ramp made the first scenario's fault look like a traffic surge.
-QUICK_WARM_UP_S = 15.0
-#: The same in a full run: 300 s, as the soak warms up (one cache TTL there). The
-#: signatures' "usual level" is a 5-minute median; without it a full run's first case
-#: (cache_stampede) has only its 60 s baseline and the cold cache's ramp behind it, so
-#: its usual hit ratio reads 0.13, the stampede's 0 falls short of it by less than the
-#: threshold, and the diagnosis loses the fault at 90 s.
-FULL_WARM_UP_S = 300.0
-
-
 def warm_up_seconds(config: ValidateConfig) -> float:
-    """How long a run loads its fresh stack before the first baseline."""
-    return QUICK_WARM_UP_S if config.quick else FULL_WARM_UP_S
+    """How long a run loads its fresh stack before the first baseline (its time scale's
+    ``warm_up``: the rates ramp up from zero, and the signatures' usual levels look back
+    minutes)."""
+    return config.scale.warm_up
 
 
 def cases_of(config: ValidateConfig) -> list[Case]:
@@ -450,7 +439,7 @@ def _record(
         "tick": stack.config.tick,
         "passed": result.passed,
     }
-    least, rate = diagnosis_settings(config.quick)
+    least, rate = config.scale.diagnosis_window, config.scale.diagnosis_rate
     label["diagnosis"] = {"min_window_s": least, "rate_s": rate}
     polls = _poll_offsets(result)
     if polls and result.t_fault is not None:
@@ -634,7 +623,7 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
     user's phase, as asked.
     """
     longest = max(_fault_max(config, s) for s in c.scenarios)
-    if config.quick or config.fault_max is not None:
+    if config.scale.compressed or config.fault_max is not None:
         return longest
     records = {r.record: r.expr for g in stack.engine.groups for r in g.recording_rules}
     holds = [
@@ -691,22 +680,24 @@ def _longest_range_s(
 
 
 def _rate_window_s(stack: Any) -> float:
-    """The rate window of the rule pack the stack runs, seconds (``QUICK_RULES``' in a
-    quick run, its ``rule_params``' or the pack's default in a full one)."""
+    """The rate window of the rule pack the stack runs, seconds (the quick time scale's
+    in a quick run, its ``rule_params``' or the pack's default in a full one)."""
     return float(promql_parser.parse_duration(stack.pack.params.rate_window).total_seconds())
 
 
 def _settle_s(stack: Any) -> float:
     """The calm after a revert before the next case: one rate window of the rules the
-    stack runs (``QUICK_RULES``' 8 s in a quick run, the pack's 5m in a full one), so the
-    next baseline's windows no longer hold the fault.
+    stack runs (the quick scale's 8 s in a quick run, the pack's 5m in a full one), so the
+    next baseline's windows no longer hold the fault, and at least the scale's
+    ``settle_ticks``.
 
     8 ticks is the rate window only in a quick run: a full run that moves on 40 s after
     event_loop_blocked's calm began still has that case in GPUUtilizationLow's 5m
     windows (request P99 19.6 s, 13 requests queued on average at the next fault), which
     then pages in the next case.
     """
-    return max(8.0 * float(stack.config.tick), _rate_window_s(stack))
+    ticks = float(stack.config.scale.settle_ticks)
+    return max(ticks * float(stack.config.tick), _rate_window_s(stack))
 
 
 def _recover_phase(stack: Any, config: ValidateConfig) -> float:
@@ -718,7 +709,7 @@ def _recover_phase(stack: Any, config: ValidateConfig) -> float:
     ModelReloaded and TimedOutWorkNotAborted for not resolving on time.
     """
     wait = config.phase("recover_max")
-    if config.quick or config.recover_max is not None:
+    if config.scale.compressed or config.recover_max is not None:
         return wait
     return max(wait, _rate_window_s(stack) + 60.0)
 
@@ -803,18 +794,10 @@ class _Watched:
         return 0 if first is None else len(self.polls) - first - 1
 
 
-#: Polls of the diagnosis after it first names the fault before the fault phase may
-#: end early: a finding that flips on the next look is not a diagnosis to act on.
-STABLE_POLLS = 3
-
-
-def _poll_every(config: ValidateConfig) -> float:
-    return 3.0 if config.quick else 10.0
-
-
 def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float]:
     """When ``_watch`` asks the diagnosis during a fault phase that ran from ``t_fault``
-    to ``end``: from ``fault_min`` on, every ``_poll_every``, and once more at the end
+    to ``end``: from ``fault_min`` on, every ``poll_every`` of the run's time scale, and
+    once more at the end
     when the last poll was more than 1.5 s before it. A replay of a recording asks at
     these times (each live poll also waits for the previous one's diagnosis, so live
     polls drift later by its duration)."""
@@ -822,7 +805,7 @@ def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float
     t = t_fault + config.phase("fault_min")
     while t < end:
         times.append(t)
-        t += _poll_every(config)
+        t += config.scale.poll_every
     if not times or end - times[-1] > 1.5:
         times.append(end)
     return times
@@ -836,15 +819,17 @@ def _watch(
     fault_max: float,
     config: ValidateConfig,
 ) -> _Watched:
-    """Poll alerts each second and the diagnosis every few seconds until the fault
-    is caught and the diagnosis has held for ``STABLE_POLLS`` more polls, or time is up.
+    """Poll alerts each second and the diagnosis every few seconds until the fault is
+    caught and the diagnosis has held for the time scale's ``stable_polls`` more polls
+    (a finding that flips on the next look is not a diagnosis to act on), or time is up.
 
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
     """
-    from ..diagnose import FindingMemory, hold_for
+    from ..diagnose import FindingMemory
 
-    w = _Watched(memory=FindingMemory(hold_for(diagnosis_settings(config.quick)[1])))
+    scale = config.scale
+    w = _Watched(memory=FindingMemory(scale.hold))
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
     while time.time() < deadline:
@@ -857,9 +842,9 @@ def _watch(
         now = time.time()
         if now >= next_diag:
             _poll(stack, expect, w, t_base, t_fault, now)
-            next_diag = time.time() + _poll_every(config)
+            next_diag = time.time() + scale.poll_every
         caught = set(w.fired) >= set(expect.alerts) and w.first_match is not None
-        if caught and w.stable_polls_since_match() >= STABLE_POLLS:
+        if caught and w.stable_polls_since_match() >= scale.stable_polls:
             break
     if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
         _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
@@ -894,27 +879,19 @@ def _named(diagnosis: Any) -> str:
     return ", ".join(f"{f.signature} {f.confidence:.2f}" for f in findings)
 
 
-def diagnosis_settings(quick: bool) -> tuple[float, float | None]:
-    """``(least window, rate window)`` of validate's diagnosis, in seconds.
-
-    The window is this case's baseline and fault, never further back: a window that
-    reached past the baseline into the previous case (30 s behind a 4 s baseline) let
-    its tail seed the detector, which then missed this case's fault (event_loop_blocked
-    read as network_latency once the blocked loop's median was judged against
-    gpu_contention's). A compressed run reads rates over its rule pack's rate window
-    (``QUICK_RULES``: 8 s), not a quarter of its short window, so they span enough
-    requests; a full run leaves both to the diagnosis (a minute).
-    """
-    if not quick:
-        return MIN_DIAGNOSIS_WINDOW, None
-    from ..demo import QUICK_RULES
-
-    rate = promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
-    return QUICK_MIN_WINDOW, float(rate)
-
-
 def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
-    least, rate = diagnosis_settings(bool(stack.config.quick))
+    """The diagnosis over this case's baseline and fault, never further back, and at
+    least the time scale's ``diagnosis_window``; rates over its ``diagnosis_rate``.
+
+    A window that reached past the baseline into the previous case (30 s behind a 4 s
+    baseline) let its tail seed the detector, which then missed this case's fault
+    (event_loop_blocked read as network_latency once the blocked loop's median was judged
+    against gpu_contention's). A compressed run reads rates over its rule pack's rate
+    window (8 s), not a quarter of its short window, so they span enough requests; a full
+    run leaves the rate to the diagnosis (a minute).
+    """
+    scale = stack.config.scale
+    least, rate = scale.diagnosis_window, scale.diagnosis_rate
     try:
         return stack.diagnose(window=max(least, now - t_base), end=now, rate=rate)
     except Exception as exc:  # the report says the diagnosis failed; the run goes on

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AivitalsError, ConfigError
+from ..timescale import TimeScale
 from ._config import ValidateConfig
 from ._lock import RunLock
 
@@ -84,8 +85,9 @@ def parse_soak_duration(text: str | float) -> float:
 @dataclass(frozen=True)
 class SoakPlan:
     """The cadence of one soak: when the diagnosis is asked, over which window, and when
-    the reload happens. Quick runs have compressed rule time (1 s ticks) and poll every
-    10 s over the last minute; full runs poll every 30 s over the last 3 minutes."""
+    the reload happens, from the run's time scale (``TimeScale.soak``). Quick runs have
+    compressed rule time (1 s ticks) and poll every 10 s over the last minute; full runs
+    poll every 30 s over the last 3 minutes."""
 
     duration: float
     quick: bool
@@ -102,24 +104,22 @@ class SoakPlan:
     @classmethod
     def for_run(cls, duration: float, quick: bool) -> SoakPlan:
         duration = parse_soak_duration(duration)
-        # the cache TTL is compressed with rule time in quick runs, so keys expire within
-        # a five-minute soak; the full run keeps the demo's own 300 s
-        poll_every, window, min_window, ttl = (
-            (10.0, 60.0, 30.0, 60.0)
-            if quick
-            else (
-                30.0,
-                180.0,
-                90.0,
-                300.0,
-            )
-        )
-        if duration < 2 * min_window:
+        c = TimeScale.of(quick).soak
+        if duration < 2 * c.min_window:
             raise ConfigError(
-                f"soak duration {duration:g} s: at least {2 * min_window:g} s "
+                f"soak duration {duration:g} s: at least {2 * c.min_window:g} s "
                 f"({'quick' if quick else 'full'} run), so the diagnosis is asked more than once"
             )
-        return cls(duration, quick, poll_every, window, min_window, duration / 2, ttl, ttl)
+        return cls(
+            duration=duration,
+            quick=quick,
+            poll_every=c.poll_every,
+            window=c.window,
+            min_window=c.min_window,
+            reload_at=duration / 2,
+            cache_ttl=c.cache_ttl,
+            warm_up=c.cache_ttl,
+        )
 
     def poll_times(self) -> list[float]:
         """Seconds into the soak at which the diagnosis is asked."""
@@ -567,13 +567,12 @@ def _multiplier_window(plan: SoakPlan) -> float:
 
 
 def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
-    from ..diagnose import FindingMemory, hold_for
-    from ._runner import diagnosis_settings
+    from ..diagnose import FindingMemory
 
     polls = plan.poll_times()
     # the polls are successive looks at one service: a finding held across them is
     # judged as held, as an operator watching the agent would read it
-    memory = FindingMemory(hold_for(diagnosis_settings(plan.quick)[1]))
+    memory = FindingMemory(TimeScale.of(plan.quick).hold)
     # from the soak's start: the counters also hold the warm-up's requests
     sent: list[tuple[float, int]] = [(load.seconds, _completions_sent(load))]
     reload = _Reload(plan.reload_at)
