@@ -322,7 +322,7 @@ class Stack:
         self.chaos_token = secrets.token_urlsafe(24)
         self.service_port = free_port()
         self.redis: RedisServer | None = None
-        self.service: ServiceProcess | None = None
+        self._service: ServiceProcess | None = None
         self.agent: Any = None
         self.engine: Any = None
         self.pack: Any = None
@@ -335,6 +335,13 @@ class Stack:
         #: processes that faults started in place of the stack's own (handed back)
         self.replacements: list[Any] = []
         self._adopt_lock = threading.Lock()
+
+    @property
+    def service(self) -> ServiceProcess:
+        """The demo service; ``ServiceError`` before ``start()``."""
+        if self._service is None:
+            raise ServiceError("the demo service is not running: start the stack first")
+        return self._service
 
     # --- life ---------------------------------------------------------------------------
     def start(self) -> Stack:
@@ -366,9 +373,9 @@ class Stack:
 
     def start_service(self) -> None:
         """Start (or restart, after it died) the demo service."""
-        if self.service is not None:
-            self.service.stop()
-        self.service = ServiceProcess(
+        if self._service is not None:
+            self._service.stop()
+        self._service = ServiceProcess(
             workdir=self.workdir,
             sim_gpu_dir=self.sim_gpu_dir,
             redis_port=None if self.redis is None else self.redis.port,
@@ -384,13 +391,12 @@ class Stack:
             device="cuda" if self.config.gpu_backend == "nvml" else "cpu",
             ledger=self.ledger,
         )
-        self.service.start(self.config.ready_timeout)
+        self._service.start(self.config.ready_timeout)
 
     def _agent_config(self) -> Any:
         from ..agent import AgentConfig, ScrapeTarget
         from ..chaos import FAULT_NETNS_GLOB
 
-        assert self.service is not None
         tick = self.config.tick
         return AgentConfig(
             listen="127.0.0.1:0",
@@ -414,7 +420,7 @@ class Stack:
 
     def probe_via(self, base_url: str | None) -> None:
         """Probe the service through ``base_url`` (a fault's client path); None: directly."""
-        if self.agent is None or self.service is None:
+        if self.agent is None or self._service is None:
             return
         url = (base_url or self.service.url).rstrip("/") + "/healthz"
         for collector in self.agent.collectors:
@@ -428,7 +434,7 @@ class Stack:
         parameters: validate sets the model SLA from the demo model's measured speed on
         this machine. ``rule_params`` are added to the config's (they win).
         """
-        if self.service is None:
+        if self._service is None:
             raise ServiceError("start the stack before its agent")
         if self.agent is not None:
             raise ServiceError("the stack's agent is already running")
@@ -471,7 +477,7 @@ class Stack:
         self._stopped.set()
         atexit.unregister(self.stop)
         errors: list[str] = []
-        steps: list[tuple[str, Any]] = [("agent", self.agent), ("service", self.service)]
+        steps: list[tuple[str, Any]] = [("agent", self.agent), ("service", self._service)]
         steps.append(("redis", self.redis))
         for name, part in steps:
             try:
@@ -521,7 +527,6 @@ class Stack:
     def fault_context(self, **extra: Any) -> Any:
         from ..chaos import FaultContext
 
-        assert self.service is not None
         return FaultContext(
             target=self.service.url,
             service_pid=self.service.pid,

@@ -56,6 +56,7 @@ from ..diagnose import Event, EventLike
 from ..errors import ConfigError, StoreError
 from ..timescale import QUICK, SHIPPED
 from ..tsdb import Store
+from ._target import ValidateTarget
 
 __all__ = [
     "HISTORY",
@@ -296,7 +297,7 @@ def save_recording(
 
 
 def save_stack_window(
-    stack: Any, directory: Path, label: dict[str, Any], *, start: float, end: float
+    stack: ValidateTarget, directory: Path, label: dict[str, Any], *, start: float, end: float
 ) -> Path:
     """``save_recording`` of a running demo stack's agent store, with its events and
     alert history (the diagnosis reads both; a snapshot holds only series)."""

@@ -18,6 +18,7 @@ from ._load import LoadPhase, LoadPlan
 from ._lock import RunLock
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
+from ._target import ValidateTarget
 
 __all__ = [
     "LOG_FIELDS",
@@ -138,7 +139,7 @@ class Relay:
             old.stop()
 
 
-def _warm_up(stack: Any, config: ValidateConfig, echo: Echo, relay: Relay) -> None:
+def _warm_up(stack: ValidateTarget, config: ValidateConfig, echo: Echo, relay: Relay) -> None:
     seconds = warm_up_seconds(config)
     stack.service.wait_ready(60.0)
     echo(f"warming up for {seconds:g} s (steady load before the first baseline)")
@@ -198,7 +199,9 @@ def _demo_rule_params(
     return {"sla_seconds": round(sla, 3)}
 
 
-def _closed_loop(stack: Any, path: str, seconds: float, what: str, **request: Any) -> Any:
+def _closed_loop(
+    stack: ValidateTarget, path: str, seconds: float, what: str, **request: Any
+) -> Any:
     """Fresh requests to ``path`` (every input new: no cache hit) in a closed loop at one
     per worker for ``seconds``; the load report. ``ServiceError`` ("<what>: N of M ...")
     when fewer than ``CALIBRATION_MIN_COMPLETED`` were answered."""
@@ -224,7 +227,7 @@ def _closed_loop(stack: Any, path: str, seconds: float, what: str, **request: An
     return report
 
 
-def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+def calibrate_sla(stack: ValidateTarget, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
     """Measure the demo model's speed on this machine: the fault cases' completions
     (``LoadPlan``'s tokens, every prompt new so none is a cache hit) in a closed loop
     at one per worker for ``seconds``. Returns ``median_s`` (the clients' median time),
@@ -259,7 +262,7 @@ def _sized_at_run_time(c: Case) -> bool:
 
 
 def calibrate_capacity(
-    stack: Any, calibration: Mapping[str, Any] | None, *, seconds: float = CAPACITY_S
+    stack: ValidateTarget, calibration: Mapping[str, Any] | None, *, seconds: float = CAPACITY_S
 ) -> dict[str, Any]:
     """Measure the worker pool's capacity for the surge's work on this machine: fresh
     embeddings inputs (none a cache hit) in a closed loop at one per worker for
@@ -288,7 +291,7 @@ def calibrate_capacity(
 
 
 def start_calibrated_agent(
-    stack: Any, user_params: dict[str, Any], max_tokens: int, echo: Echo
+    stack: ValidateTarget, user_params: dict[str, Any], max_tokens: int, echo: Echo
 ) -> dict[str, Any] | None:
     """Start ``stack``'s agent (the stack started with ``agent=False``) with the demo's
     rule parameters for generations of up to ``max_tokens``: the SLA from the model's
@@ -311,7 +314,7 @@ def start_calibrated_agent(
     return calibration
 
 
-def new_stack(config: ValidateConfig, cache_ttl: float) -> Any:
+def new_stack(config: ValidateConfig, cache_ttl: float) -> ValidateTarget:
     """The demo stack a run starts (not yet started): the config's mode, workdir and GPU,
     the demo cache's TTL, and no agent: it starts once the model's speed is measured
     (``start_calibrated_agent``), because its rules need the SLA."""
@@ -329,7 +332,7 @@ def new_stack(config: ValidateConfig, cache_ttl: float) -> Any:
 
 
 def _environment(
-    stack: Any, calibration: dict[str, Any] | None, cache_ttl: float
+    stack: ValidateTarget, calibration: dict[str, Any] | None, cache_ttl: float
 ) -> dict[str, Any]:
     """Where the run's stack lives, the SLA its rules ran with (``calibration``: the
     measurement it came from, None when the caller set it) and its demo cache's TTL."""
@@ -347,7 +350,7 @@ def _environment(
 
 
 def _run_all(
-    stack: Any,
+    stack: ValidateTarget,
     chosen: list[Case],
     config: ValidateConfig,
     report: Report,
@@ -410,7 +413,7 @@ def _run_all(
 
 
 def _record(
-    stack: Any,
+    stack: ValidateTarget,
     config: ValidateConfig,
     c: Case,
     infos: list[Any],
@@ -467,7 +470,7 @@ def _poll_offsets(result: ScenarioResult) -> list[float]:
     return []
 
 
-def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
+def _restart(stack: ValidateTarget, result: ScenarioResult, echo: Echo) -> None:
     code = stack.service.exit_code()
     result.add(
         Check(
@@ -481,7 +484,7 @@ def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
 
 
 def _scenario(
-    stack: Any,
+    stack: ValidateTarget,
     runner: Any,
     c: Case,
     infos: list[Any],
@@ -573,7 +576,9 @@ def _scenario(
     _recover(stack, expect, config, result, echo, watch.fired, t_fault)  # the load runs on
 
 
-def _beyond_reach(stack: Any, c: Case, result: ScenarioResult, fault_s: float) -> dict[str, str]:
+def _beyond_reach(
+    stack: ValidateTarget, c: Case, result: ScenarioResult, fault_s: float
+) -> dict[str, str]:
     """A sweep case's expected alerts its magnitude cannot make fire in ``fault_s``
     (``_severity.beyond_reach``): alert -> why."""
     if c.severity is None:
@@ -607,7 +612,7 @@ def _baseline(config: ValidateConfig, s: Scenario) -> float:
 FULL_FOR_MARGIN_S = 120.0
 
 
-def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -> float:
+def _fault_phase(stack: ValidateTarget, config: ValidateConfig, c: Case, expect: _Expect) -> float:
     """The longest fault phase of a case: the scenarios' own; in a full run with the
     default phases, at least each expected alert's ``for:`` plus the longer of the pack's
     rate window and the longest range its expression reads (``_longest_range_s``), plus
@@ -679,13 +684,13 @@ def _longest_range_s(
     return longest
 
 
-def _rate_window_s(stack: Any) -> float:
+def _rate_window_s(stack: ValidateTarget) -> float:
     """The rate window of the rule pack the stack runs, seconds (the quick time scale's
     in a quick run, its ``rule_params``' or the pack's default in a full one)."""
     return float(promql_parser.parse_duration(stack.pack.params.rate_window).total_seconds())
 
 
-def _settle_s(stack: Any) -> float:
+def _settle_s(stack: ValidateTarget) -> float:
     """The calm after a revert before the next case: one rate window of the rules the
     stack runs (the quick scale's 8 s in a quick run, the pack's 5m in a full one), so the
     next baseline's windows no longer hold the fault, and at least the scale's
@@ -700,7 +705,7 @@ def _settle_s(stack: Any) -> float:
     return max(ticks * float(stack.config.tick), _rate_window_s(stack))
 
 
-def _recover_phase(stack: Any, config: ValidateConfig) -> float:
+def _recover_phase(stack: ValidateTarget, config: ValidateConfig) -> float:
     """The longest wait for the alerts to resolve after the revert: ``recover_max``; in a
     full run with the default phases, at least the pack's rate window plus a minute.
 
@@ -812,7 +817,7 @@ def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float
 
 
 def _watch(
-    stack: Any,
+    stack: ValidateTarget,
     expect: _Expect,
     t_base: float,
     t_fault: float,
@@ -852,7 +857,7 @@ def _watch(
 
 
 def _poll(
-    stack: Any, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
+    stack: ValidateTarget, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
 ) -> None:
     from ..diagnose import HIGH_CONFIDENCE
 
@@ -879,7 +884,7 @@ def _named(diagnosis: Any) -> str:
     return ", ".join(f"{f.signature} {f.confidence:.2f}" for f in findings)
 
 
-def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
+def _safe_diagnose(stack: ValidateTarget, t_base: float, now: float) -> Any:
     """The diagnosis over this case's baseline and fault, never further back, and at
     least the time scale's ``diagnosis_window``; rates over its ``diagnosis_rate``.
 
@@ -911,7 +916,7 @@ def _matches(diagnosis: Any, expect: _Expect) -> bool:
 
 
 def _generic_matches(
-    stack: Any, expect: _Expect, t_base: float, t_fault: float, now: float
+    stack: ValidateTarget, expect: _Expect, t_base: float, t_fault: float, now: float
 ) -> tuple[bool, str]:
     """A fault no signature knows: the generic ranking of what changed between the
     baseline and the fault must name its layer first and a suspect in its top three."""
@@ -968,7 +973,7 @@ def _error_rate(phase: LoadPhase) -> float:
 
 
 def _alert_checks(
-    stack: Any,
+    stack: ValidateTarget,
     alerts: tuple[str, ...],
     fired: dict[str, float],
     t_fault: float,
@@ -991,7 +996,9 @@ def _alert_checks(
     return out
 
 
-def _never_fired(stack: Any, name: str, t_fault: float, t_end: float, limit: float) -> Check:
+def _never_fired(
+    stack: ValidateTarget, name: str, t_fault: float, t_end: float, limit: float
+) -> Check:
     rule = next((r for g in stack.engine.groups for r in g.alerting_rules if r.alert == name), None)
     if rule is None:
         return Check(f"alert:{name}", False, f"{name} is not in the rule pack")
@@ -1020,7 +1027,7 @@ def _neg(op: str) -> str:
 
 
 def _peak(
-    stack: Any, expr: str, start: float, end: float
+    stack: ValidateTarget, expr: str, start: float, end: float
 ) -> tuple[float | None, float | None, str]:
     """The peak of the left side of the rule's top comparison over the fault, and its bound."""
     try:
@@ -1050,7 +1057,7 @@ def _is_number(text: str) -> bool:
 PAGING = ("P0", "P1")
 
 
-def _also_fired(stack: Any, expect: _Expect, t_fault: float) -> Check | None:
+def _also_fired(stack: ValidateTarget, expect: _Expect, t_fault: float) -> Check | None:
     """Alerts that fired during the fault beyond the expected ones. A paging (P0/P1)
     alert the fault table does not list as a consequence is a false alert: a fail."""
     fired = {
@@ -1234,7 +1241,7 @@ def _error_lines(path: Path, offset: int) -> list[dict[str, Any]]:
 
 
 def _recover(
-    stack: Any,
+    stack: ValidateTarget,
     expect: _Expect,
     config: ValidateConfig,
     result: ScenarioResult,

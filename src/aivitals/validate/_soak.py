@@ -34,6 +34,7 @@ from ..errors import AivitalsError, ConfigError
 from ..timescale import TimeScale
 from ._config import ValidateConfig
 from ._lock import RunLock
+from ._target import ValidateTarget
 
 __all__ = [
     "MAX_SOAK_S",
@@ -493,7 +494,7 @@ def _clients(load: Any) -> list[dict[str, Any]]:
 
 
 def _record(
-    stack: Any, config: ValidateConfig, report: SoakReport, plan: SoakPlan, echo: Echo
+    stack: ValidateTarget, config: ValidateConfig, report: SoakReport, plan: SoakPlan, echo: Echo
 ) -> None:
     """Save the soak (warm-up included) as a ``soak`` recording: nothing injected, healthy.
 
@@ -566,7 +567,7 @@ def _multiplier_window(plan: SoakPlan) -> float:
     return max(plan.poll_every, plan.duration / 10)
 
 
-def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
+def _soak(stack: ValidateTarget, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
     from ..diagnose import FindingMemory
 
     polls = plan.poll_times()
@@ -647,7 +648,7 @@ class _Reload:
         self.done = False
         self.before: dict[str, float] = {}
 
-    def step(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
+    def step(self, stack: ValidateTarget, now: float, report: SoakReport, echo: Echo) -> None:
         if self.done or now < self.at:
             return
         if self.thread is None:
@@ -671,7 +672,7 @@ class _Reload:
             report.reload["ready_after_s"] = took
             echo(f"[{now:4.0f} s] the new models serve {took:.1f} s after the reload began")
 
-    def _post(self, stack: Any) -> None:
+    def _post(self, stack: ValidateTarget) -> None:
         import httpx
 
         from ..demo import RELOAD_PATH
@@ -689,12 +690,12 @@ class _Reload:
         else:
             self.result = {"took": time.time() - t0}
 
-    def finish(self, stack: Any, report: SoakReport, echo: Echo) -> None:
+    def finish(self, stack: ValidateTarget, report: SoakReport, echo: Echo) -> None:
         if self.thread is not None and not self.done:
             self.thread.join(timeout=120.0)
             self.step(stack, self.at, report, echo)
 
-    def measure(self, stack: Any, report: SoakReport) -> None:
+    def measure(self, stack: ValidateTarget, report: SoakReport) -> None:
         """The service's own timing of the reload: the load-time gauges that changed
         (read at the soak's end: the reload's value reaches the store with a scrape)."""
         if self.thread is None:
@@ -704,7 +705,7 @@ class _Reload:
             report.reload["model_load_s"] = changed
 
 
-def _load_times(stack: Any) -> dict[str, float]:
+def _load_times(stack: ValidateTarget) -> dict[str, float]:
     """``model_load_time_seconds`` now, by model."""
     return {
         str(dict(s.labels).get("model", "?")): float(s.value)
@@ -713,7 +714,12 @@ def _load_times(stack: Any) -> dict[str, float]:
 
 
 def _poll(
-    stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo, memory: Any = None
+    stack: ValidateTarget,
+    load: Any,
+    plan: SoakPlan,
+    report: SoakReport,
+    echo: Echo,
+    memory: Any = None,
 ) -> None:
     """Ask the diagnosis over the last ``plan.window`` seconds (never before the warm-up),
     through the soak's ``memory`` (a ``FindingMemory``) when given."""
@@ -754,7 +760,7 @@ def _poll(
         echo(head + f"[fail] diagnosis not healthy: {what}")
 
 
-def _hit_ratios(stack: Any, over: float) -> dict[str, float]:
+def _hit_ratios(stack: ValidateTarget, over: float) -> dict[str, float]:
     w = f"{max(1, int(over))}s"
     expr = (
         f'sum by (cache) (rate(cache_requests_total{{result="hit"}}[{w}])) '
@@ -768,7 +774,7 @@ def _hit_ratios(stack: Any, over: float) -> dict[str, float]:
     return out
 
 
-def _firings(stack: Any, t0: float, reload: dict[str, Any]) -> list[AlertFiring]:
+def _firings(stack: ValidateTarget, t0: float, reload: dict[str, Any]) -> list[AlertFiring]:
     """Every alert that fired since the soak started, with its severity and resolve time."""
     events = stack.engine.history(start=t0)
     resolved: dict[tuple[str, str], list[float]] = {}
