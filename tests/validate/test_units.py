@@ -568,10 +568,12 @@ def test_the_calm_after_a_revert_is_one_rate_window_of_the_rules_the_stack_runs(
     from types import SimpleNamespace
 
     from aivitals.demo import QUICK_RULES
+    from aivitals.timescale import QUICK
     from aivitals.validate._runner import _settle_s
 
     def stack(tick: float, **params: object) -> Any:
-        return SimpleNamespace(config=SimpleNamespace(tick=tick), pack=default_pack(**params))
+        config = SimpleNamespace(tick=tick, scale=QUICK)  # 8 ticks at both scales
+        return SimpleNamespace(config=config, pack=default_pack(**params))
 
     assert _settle_s(stack(5.0)) == 300.0  # a full run: the pack's 5m
     assert _settle_s(stack(1.0, **QUICK_RULES)) == 8.0  # a quick run: 8 s, as before

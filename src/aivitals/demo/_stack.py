@@ -37,6 +37,7 @@ import httpx
 
 from ..collect import HTTPProbeCollector
 from ..errors import ConfigError, ServiceError
+from ..timescale import QUICK, TimeScale
 from ._redis import RedisServer, free_port
 
 __all__ = [
@@ -53,30 +54,8 @@ __all__ = [
 #: The agent's blackbox probe of the demo service, as its clients reach it.
 PROBE_TARGET = "client"
 
-#: Rule-pack windows for short runs: every rate() window still spans >= 4 scrapes of 1 s.
-QUICK_RULES: dict[str, Any] = {
-    "scrape_interval": "1s",
-    "evaluation_interval": "1s",
-    "rate_window": "8s",
-    "short_window": "4s",
-    # LatencyHighWorkersIdle's idle share is a sampled gauge: over 4 samples a blocked
-    # loop's bursts of work read as a busy pool and its 2 s for: keeps restarting, up to
-    # 15 s into the fault, against validate's 25 s deadline. Over 8 samples, replayed on
-    # the 13 quick event_loop_blocked recordings above the threshold strength, it holds
-    # 3 evaluations in a row 5-9 s into the fault (4 samples: 5-15 s)
-    "idle_window": "8s",
-    # WorkerPoolSaturated's busy share (the pool's busy-time counter; the gauge's average
-    # for pools without it): over 4 s, six scrapes in a row that caught both workers busy
-    # (the trace's bursts near a quick soak's x1.4 peak) page P0 for the 1 s for:. Over 8 s it
-    # can still page there: the bursts keep the pool >= 95 % busy for 8-15 s, which the
-    # shipped 1m window reads as 80 % at most (docs/validate.md, "--quick"). The
-    # worker_pool_saturated fault's stuck pool is busy throughout
-    "saturation_window": "8s",
-    "composite_window": "6s",
-    "baseline_window": "30s",
-    "leak_window": "10s",
-    "rss_window": "10s",
-}
+#: The quick time scale's rule windows (``aivitals.timescale.QUICK``) as pack parameters.
+QUICK_RULES: dict[str, Any] = dict(QUICK.rule_windows)
 #: Rules whose ``for:`` spans a whole window of their own at every time scale, each with
 #: the pack parameter of that window. The shipped CacheHitRatioDrop holds for 1m over a
 #: 1m hit ratio: five evaluations, two windows of lookups. Divided by 60, quick runs held
@@ -133,13 +112,16 @@ def scale_for(text: str, factor: float, *, floors: Mapping[str, float] | None = 
 class StackConfig:
     """How the stack runs.
 
-    ``quick`` compresses time: 1 s scrapes and rule evaluation, short rule
-    windows (``QUICK_RULES``) and every ``for:`` divided by ``for_factor``.
-    ``workdir`` keeps logs and the sim GPU state (a temp dir when None).
+    ``quick`` runs it at the compressed time scale (``aivitals.timescale.QUICK``: 1 s
+    scrapes and rule evaluation, short rule windows, every ``for:`` divided by 60), else
+    the shipped one; ``scale`` is that scale with ``interval`` (the tick) and, in a quick
+    stack, ``for_factor`` put in. ``workdir`` keeps logs and the sim GPU state (a temp
+    dir when None).
     """
 
     quick: bool = False
-    for_factor: float = 60.0
+    #: a quick stack's ``for:`` divisor (None: the quick scale's); ignored otherwise
+    for_factor: float | None = None
     workers: int = 2
     queue_size: int = 32
     request_timeout: float = 30.0
@@ -159,7 +141,7 @@ class StackConfig:
     service_max_fds: int | None = 2200
 
     def __post_init__(self) -> None:
-        if self.for_factor < 1:
+        if self.for_factor is not None and self.for_factor < 1:
             raise ConfigError(f"for_factor={self.for_factor!r}: expected >= 1")
         if self.workers < 1:
             raise ConfigError(f"workers={self.workers!r}: expected >= 1")
@@ -176,9 +158,16 @@ class StackConfig:
         return "nvml" if shutil.which("nvidia-smi") else "sim"
 
     @property
+    def scale(self) -> TimeScale:
+        """The time scale the stack runs at."""
+        base = TimeScale.of(self.quick)
+        factor = self.for_factor if self.quick and self.for_factor is not None else None
+        return replace(base, tick=self.interval or base.tick, for_factor=factor or base.for_factor)
+
+    @property
     def tick(self) -> float:
         """Scrape, collect and rule-evaluation period, seconds."""
-        return self.interval or (1.0 if self.quick else 5.0)
+        return self.scale.tick
 
 
 class ServiceProcess:
@@ -333,7 +322,7 @@ class Stack:
         self.chaos_token = secrets.token_urlsafe(24)
         self.service_port = free_port()
         self.redis: RedisServer | None = None
-        self.service: ServiceProcess | None = None
+        self._service: ServiceProcess | None = None
         self.agent: Any = None
         self.engine: Any = None
         self.pack: Any = None
@@ -346,6 +335,13 @@ class Stack:
         #: processes that faults started in place of the stack's own (handed back)
         self.replacements: list[Any] = []
         self._adopt_lock = threading.Lock()
+
+    @property
+    def service(self) -> ServiceProcess:
+        """The demo service; ``ServiceError`` before ``start()``."""
+        if self._service is None:
+            raise ServiceError("the demo service is not running: start the stack first")
+        return self._service
 
     # --- life ---------------------------------------------------------------------------
     def start(self) -> Stack:
@@ -377,9 +373,9 @@ class Stack:
 
     def start_service(self) -> None:
         """Start (or restart, after it died) the demo service."""
-        if self.service is not None:
-            self.service.stop()
-        self.service = ServiceProcess(
+        if self._service is not None:
+            self._service.stop()
+        self._service = ServiceProcess(
             workdir=self.workdir,
             sim_gpu_dir=self.sim_gpu_dir,
             redis_port=None if self.redis is None else self.redis.port,
@@ -395,13 +391,12 @@ class Stack:
             device="cuda" if self.config.gpu_backend == "nvml" else "cpu",
             ledger=self.ledger,
         )
-        self.service.start(self.config.ready_timeout)
+        self._service.start(self.config.ready_timeout)
 
     def _agent_config(self) -> Any:
         from ..agent import AgentConfig, ScrapeTarget
         from ..chaos import FAULT_NETNS_GLOB
 
-        assert self.service is not None
         tick = self.config.tick
         return AgentConfig(
             listen="127.0.0.1:0",
@@ -425,7 +420,7 @@ class Stack:
 
     def probe_via(self, base_url: str | None) -> None:
         """Probe the service through ``base_url`` (a fault's client path); None: directly."""
-        if self.agent is None or self.service is None:
+        if self.agent is None or self._service is None:
             return
         url = (base_url or self.service.url).rstrip("/") + "/healthz"
         for collector in self.agent.collectors:
@@ -439,7 +434,7 @@ class Stack:
         parameters: validate sets the model SLA from the demo model's measured speed on
         this machine. ``rule_params`` are added to the config's (they win).
         """
-        if self.service is None:
+        if self._service is None:
             raise ServiceError("start the stack before its agent")
         if self.agent is not None:
             raise ServiceError("the stack's agent is already running")
@@ -463,16 +458,17 @@ class Stack:
     def rule_pack(self) -> Any:
         from ..alerts import default_pack
 
-        params = {**(QUICK_RULES if self.config.quick else {}), **self.config.rule_params}
+        params = {**self.config.scale.rule_windows, **self.config.rule_params}
         return default_pack(**params)
 
     def pack_groups(self) -> Any:
         from ..alerts import load_rules
 
-        if not self.config.quick:
+        scale = self.config.scale
+        if not scale.compressed:
             return self.pack.groups
         return load_rules(
-            scale_for(self.pack.text, self.config.for_factor, floors=for_floors(self.pack.params))
+            scale_for(self.pack.text, scale.for_factor, floors=for_floors(self.pack.params))
         )
 
     def stop(self) -> None:
@@ -481,7 +477,7 @@ class Stack:
         self._stopped.set()
         atexit.unregister(self.stop)
         errors: list[str] = []
-        steps: list[tuple[str, Any]] = [("agent", self.agent), ("service", self.service)]
+        steps: list[tuple[str, Any]] = [("agent", self.agent), ("service", self._service)]
         steps.append(("redis", self.redis))
         for name, part in steps:
             try:
@@ -531,7 +527,6 @@ class Stack:
     def fault_context(self, **extra: Any) -> Any:
         from ..chaos import FaultContext
 
-        assert self.service is not None
         return FaultContext(
             target=self.service.url,
             service_pid=self.service.pid,
@@ -566,16 +561,9 @@ class Stack:
     def finding_memory(self) -> Any:
         """A ``FindingMemory`` whose hold follows this stack's time scale (two rate windows:
         16 s at quick runs' 8 s, two minutes at the shipped minute)."""
-        import promql_parser
+        from ..diagnose import FindingMemory
 
-        from ..diagnose import FindingMemory, hold_for
-
-        rate = (
-            promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
-            if self.config.quick
-            else None
-        )
-        return FindingMemory(hold_for(rate))
+        return FindingMemory(self.config.scale.hold)
 
     def live_diagnosis(self) -> Any:
         """The diagnosis now, through the stack's memory: successive looks keep a finding

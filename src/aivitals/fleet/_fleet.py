@@ -37,6 +37,7 @@ import httpx
 import yaml
 
 from ..errors import AlreadyRunning, ConfigError, ServiceError
+from ..timescale import TimeScale
 from ._procs import Proc, alive, spawn, stop_all
 from ._receiver import read_alerts
 
@@ -44,10 +45,12 @@ __all__ = ["NODE_PREFIX", "Fleet", "FleetConfig", "FleetNode", "default_state_pa
 
 #: Node names: the ``node`` label of every series of node i is ``sim-node-<i>``.
 NODE_PREFIX = "sim-node-"
-#: Compressed ``for:`` in quick fleets, as in ``aivitals validate --quick`` (every ``for:``
-#: divided by this, at least 1 s).
-QUICK_FOR_FACTOR = 60.0
 _STATE_VERSION = 1
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as a Prometheus duration: 1.0 -> "1s"."""
+    return f"{seconds:g}s"
 
 
 def default_state_path() -> Path:
@@ -65,9 +68,9 @@ def _free_port() -> int:
 class FleetConfig:
     """How many nodes, how fast time runs, which engines.
 
-    ``quick`` compresses time as ``aivitals validate --quick`` does: 1 s scrapes
-    and rule evaluation, the pack's short windows (``aivitals.demo.QUICK_RULES``)
-    and every ``for:`` divided by 60. ``rps`` is the steady traffic per node
+    ``quick`` compresses time as ``aivitals validate --quick`` does (``scale``, the
+    quick time scale): 1 s scrapes and rule evaluation, the pack's short windows and
+    every ``for:`` divided by 60. ``rps`` is the steady traffic per node
     (0: none). ``redis`` gives the nodes one shared Redis cache (the fleet-wide
     dependency). ``workdir`` holds configs, logs, data and the sim GPUs (a new
     temp dir when None); ``state`` is the state file (``default_state_path()``).
@@ -106,9 +109,14 @@ class FleetConfig:
             raise ConfigError(f"ready_timeout={self.ready_timeout!r}: expected > 0 s")
 
     @property
+    def scale(self) -> TimeScale:
+        """The fleet's time scale: ``QUICK`` with ``quick``, else ``SHIPPED``."""
+        return TimeScale.of(self.quick)
+
+    @property
     def tick(self) -> str:
-        """Scrape and evaluation interval."""
-        return "1s" if self.quick else "15s"
+        """Scrape and evaluation interval of the fleet's Prometheus and vmalert."""
+        return _duration(self.scale.server_tick)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +360,7 @@ class Fleet:
             "--listen", n.agent_target,
             "--gpu", "sim", "--sim-gpu-dir", n.sim_gpu_dir,
             "--port", str(n.service_port),
-            "--interval", "1s" if self.config.quick else "5s",
+            "--interval", _duration(self.config.scale.tick),
             "--no-kernel-log",
         ]  # fmt: skip
         self._spawn(f"{n.name}/agent", argv)
@@ -360,14 +368,15 @@ class Fleet:
     # --- the engines ------------------------------------------------------------------
     def rule_pack_text(self) -> str:
         """The exported rule pack as loaded by Prometheus and vmalert (time-compressed
-        when ``quick``: the windows of ``QUICK_RULES`` and every ``for:`` / 60)."""
+        when ``quick``: the quick time scale's windows and every ``for:`` / 60)."""
         from ..alerts import default_pack
-        from ..demo import QUICK_RULES, for_floors, scale_for
+        from ..demo import for_floors, scale_for
 
-        if not self.config.quick:
+        scale = self.config.scale
+        if not scale.compressed:
             return default_pack(**self.config.rule_params).text
-        pack = default_pack(**{**QUICK_RULES, **self.config.rule_params})
-        return scale_for(pack.text, QUICK_FOR_FACTOR, floors=for_floors(pack.params))
+        pack = default_pack(**{**scale.rule_windows, **self.config.rule_params})
+        return scale_for(pack.text, scale.for_factor, floors=for_floors(pack.params))
 
     def scrape_configs(self) -> list[dict[str, Any]]:
         """Both jobs of the exported prometheus.yml, one static config (and node label) per node."""
@@ -402,7 +411,7 @@ class Fleet:
         )
         pack = default_pack(**({"scrape_interval": self.config.tick,
                                 "evaluation_interval": self.config.tick}
-                               if self.config.quick else {}))  # fmt: skip
+                               if self.config.scale.compressed else {}))  # fmt: skip
         targets = ExportTargets(
             service_targets=tuple(n.service_target for n in self.nodes),
             agent_targets=tuple(n.agent_target for n in self.nodes),
@@ -423,11 +432,12 @@ class Fleet:
                   "scrape_configs": self.scrape_configs()}  # fmt: skip
         (self.workdir / "vm-scrape.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
         am = yaml.safe_load((export_dir / "alertmanager.yml").read_text())
-        if self.config.quick:
+        group = self.config.scale.alert_group
+        if group is not None:
             # as tests/alerts/test_e2e.py: deliver within seconds, not the minutes of production
             for route in [am["route"], *am["route"].get("routes", [])]:
-                route["group_wait"] = "1s"
-                route["group_interval"] = "1s"
+                route["group_wait"] = _duration(group)
+                route["group_interval"] = _duration(group)
         (self.workdir / "alertmanager.yml").write_text(yaml.safe_dump(am, sort_keys=False))
         return rules
 
@@ -479,7 +489,7 @@ class Fleet:
              f"-promscrape.config={self.workdir / 'vm-scrape.yml'}",
              # VictoriaMetrics hides the newest 30 s from queries by default; a compressed
              # fleet needs them (alerts and diagnoses within seconds)
-             "-search.latencyOffset=1s" if self.config.quick else "-search.latencyOffset=30s",
+             f"-search.latencyOffset={_duration(self.config.scale.server_lag)}",
              "-search.disableCache", "-loggerLevel=WARN"],
         )  # fmt: skip
         self._wait("victoriametrics", f"http://127.0.0.1:{port}/health", time.monotonic() + 60)

@@ -26,6 +26,16 @@ from ._runner import LOG_FIELDS, run_validate
 from ._scenarios import SCENARIOS, Scenario, hostable
 from ._severity import SEVERITIES, reached, severity_params, severity_table, summarize_sweep
 from ._soak import SoakReport, parse_soak_duration, run_soak
+from ._target import (
+    TargetAgent,
+    TargetConfig,
+    TargetEngine,
+    TargetLedger,
+    TargetPack,
+    TargetRedis,
+    TargetService,
+    ValidateTarget,
+)
 
 __all__ = [
     "LOG_FIELDS",
@@ -42,7 +52,15 @@ __all__ = [
     "Scenario",
     "ScenarioResult",
     "SoakReport",
+    "TargetAgent",
+    "TargetConfig",
+    "TargetEngine",
+    "TargetLedger",
+    "TargetPack",
+    "TargetRedis",
+    "TargetService",
     "ValidateConfig",
+    "ValidateTarget",
     "count_flips",
     "default_lock_path",
     "hostable",

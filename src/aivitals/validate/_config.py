@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..timescale import TimeScale
 
 __all__ = ["ValidateConfig"]
 
@@ -24,7 +25,7 @@ class ValidateConfig:
     for at most ``fault_max`` seconds (earlier when every expected alert fired
     and the diagnosis named the fault, but not before ``fault_min``), then the
     revert and at most ``recover_max`` seconds for the alerts to resolve.
-    Unset phase lengths take the full or quick defaults. ``params`` overrides
+    Unset phase lengths take those of the run's time scale (``scale``). ``params`` overrides
     a scenario's fault parameters: ``{"redis_down": {"method": 1}}``.
 
     ``scenarios`` names faults or pairs (``"redis_down+traffic_surge"``); unset,
@@ -85,12 +86,14 @@ class ValidateConfig:
                     f"(it takes: {', '.join(sorted(cls.params)) or 'none'})"
                 )
 
+    @property
+    def scale(self) -> TimeScale:
+        """The run's time scale: ``QUICK`` with ``quick``, else ``SHIPPED``."""
+        return TimeScale.of(self.quick)
+
     def phase(self, key: str) -> float:
+        """A phase's length, seconds: the one set here, else the time scale's."""
         value = getattr(self, key)
         if value is not None:
             return float(value)
-        # a 10 s baseline: the diagnosis's window starts there (never in the previous
-        # case), and its detector learns "normal" from the first 5 of those seconds
-        quick = {"baseline": 10.0, "fault_min": 5.0, "fault_max": 25.0, "recover_max": 20.0}
-        full = {"baseline": 60.0, "fault_min": 30.0, "fault_max": 120.0, "recover_max": 180.0}
-        return (quick if self.quick else full)[key]
+        return float(getattr(self.scale.phases, key))

@@ -54,7 +54,9 @@ from .. import __version__, signals
 from ..alerts import AlertEvent, AlertState
 from ..diagnose import Event, EventLike
 from ..errors import ConfigError, StoreError
+from ..timescale import QUICK, SHIPPED
 from ..tsdb import Store
+from ._target import ValidateTarget
 
 __all__ = [
     "HISTORY",
@@ -83,13 +85,13 @@ SEVERITIES = ("threshold", "moderate", "severe", "single")
 #: Five, not one: on a loaded machine a scrape runs a tick or two late now and then.
 MAX_GAP_TICKS = 5
 #: validate diagnoses at least this many seconds (``_runner._safe_diagnose``), even
-#: when its baseline is shorter, so the detector has points to learn from: full runs,
-#: and compressed ones recorded before their baseline grew to 10 s (their label has no
-#: ``diagnosis``; they were judged over at least 30 s, with the default rate window).
-MIN_DIAGNOSIS_WINDOW = 30.0
-#: A compressed run's least window since: its 10 s baseline and the first poll, 5 s
-#: into the fault; it never reaches back into the previous case.
-QUICK_MIN_WINDOW = 15.0
+#: when its baseline is shorter, so the detector has points to learn from: full runs
+#: (the shipped time scale's), and compressed ones recorded before their baseline grew
+#: to 10 s (their label has no ``diagnosis``; they were judged over at least 30 s, with
+#: the default rate window).
+MIN_DIAGNOSIS_WINDOW = SHIPPED.diagnosis_window
+#: A compressed run's least window since (the quick time scale's).
+QUICK_MIN_WINDOW = QUICK.diagnosis_window
 #: How much more history than its rates the recorded diagnosis gets: the signatures'
 #: baselines and levels look back 5 minutes (``[5m]``, ``[5m:${rate}]`` subqueries,
 #: ``offset 1m``), and a window cut shorter invents evidence (a counter that existed
@@ -295,7 +297,7 @@ def save_recording(
 
 
 def save_stack_window(
-    stack: Any, directory: Path, label: dict[str, Any], *, start: float, end: float
+    stack: ValidateTarget, directory: Path, label: dict[str, Any], *, start: float, end: float
 ) -> Path:
     """``save_recording`` of a running demo stack's agent store, with its events and
     alert history (the diagnosis reads both; a snapshot holds only series)."""

@@ -16,9 +16,9 @@ from ._cases import PAIRS, Case, case
 from ._config import ValidateConfig
 from ._load import LoadPhase, LoadPlan
 from ._lock import RunLock
-from ._record import MIN_DIAGNOSIS_WINDOW, QUICK_MIN_WINDOW
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
+from ._target import ValidateTarget
 
 __all__ = [
     "LOG_FIELDS",
@@ -85,21 +85,11 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
         return report
 
 
-#: Load on a fresh stack before the first scenario (quick runs): the request and
-#: cache rates ramp up from zero for several seconds, and a 4 s baseline taken on
-#: that ramp made the first scenario's fault look like a traffic surge.
-QUICK_WARM_UP_S = 15.0
-#: The same in a full run: 300 s, as the soak warms up (one cache TTL there). The
-#: signatures' "usual level" is a 5-minute median; without it a full run's first case
-#: (cache_stampede) has only its 60 s baseline and the cold cache's ramp behind it, so
-#: its usual hit ratio reads 0.13, the stampede's 0 falls short of it by less than the
-#: threshold, and the diagnosis loses the fault at 90 s.
-FULL_WARM_UP_S = 300.0
-
-
 def warm_up_seconds(config: ValidateConfig) -> float:
-    """How long a run loads its fresh stack before the first baseline."""
-    return QUICK_WARM_UP_S if config.quick else FULL_WARM_UP_S
+    """How long a run loads its fresh stack before the first baseline (its time scale's
+    ``warm_up``: the rates ramp up from zero, and the signatures' usual levels look back
+    minutes)."""
+    return config.scale.warm_up
 
 
 def cases_of(config: ValidateConfig) -> list[Case]:
@@ -150,7 +140,7 @@ class Relay:
             old.stop()
 
 
-def _warm_up(stack: Any, config: ValidateConfig, echo: Echo, relay: Relay) -> None:
+def _warm_up(stack: ValidateTarget, config: ValidateConfig, echo: Echo, relay: Relay) -> None:
     seconds = warm_up_seconds(config)
     stack.service.wait_ready(60.0)
     echo(f"warming up for {seconds:g} s (steady load before the first baseline)")
@@ -210,7 +200,9 @@ def _demo_rule_params(
     return {"sla_seconds": round(sla, 3)}
 
 
-def _closed_loop(stack: Any, path: str, seconds: float, what: str, **request: Any) -> Any:
+def _closed_loop(
+    stack: ValidateTarget, path: str, seconds: float, what: str, **request: Any
+) -> Any:
     """Fresh requests to ``path`` (every input new: no cache hit) in a closed loop at one
     per worker for ``seconds``; the load report. ``ServiceError`` ("<what>: N of M ...")
     when fewer than ``CALIBRATION_MIN_COMPLETED`` were answered."""
@@ -236,7 +228,7 @@ def _closed_loop(stack: Any, path: str, seconds: float, what: str, **request: An
     return report
 
 
-def calibrate_sla(stack: Any, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+def calibrate_sla(stack: ValidateTarget, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
     """Measure the demo model's speed on this machine: the fault cases' completions
     (``LoadPlan``'s tokens, every prompt new so none is a cache hit) in a closed loop
     at one per worker for ``seconds``. Returns ``median_s`` (the clients' median time),
@@ -271,7 +263,7 @@ def _sized_at_run_time(c: Case) -> bool:
 
 
 def calibrate_capacity(
-    stack: Any, calibration: Mapping[str, Any] | None, *, seconds: float = CAPACITY_S
+    stack: ValidateTarget, calibration: Mapping[str, Any] | None, *, seconds: float = CAPACITY_S
 ) -> dict[str, Any]:
     """Measure the worker pool's capacity for the surge's work on this machine: fresh
     embeddings inputs (none a cache hit) in a closed loop at one per worker for
@@ -300,7 +292,7 @@ def calibrate_capacity(
 
 
 def start_calibrated_agent(
-    stack: Any, user_params: dict[str, Any], max_tokens: int, echo: Echo
+    stack: ValidateTarget, user_params: dict[str, Any], max_tokens: int, echo: Echo
 ) -> dict[str, Any] | None:
     """Start ``stack``'s agent (the stack started with ``agent=False``) with the demo's
     rule parameters for generations of up to ``max_tokens``: the SLA from the model's
@@ -323,7 +315,7 @@ def start_calibrated_agent(
     return calibration
 
 
-def new_stack(config: ValidateConfig, cache_ttl: float) -> Any:
+def new_stack(config: ValidateConfig, cache_ttl: float) -> ValidateTarget:
     """The demo stack a run starts (not yet started): the config's mode, workdir and GPU,
     the demo cache's TTL, and no agent: it starts once the model's speed is measured
     (``start_calibrated_agent``), because its rules need the SLA."""
@@ -341,7 +333,7 @@ def new_stack(config: ValidateConfig, cache_ttl: float) -> Any:
 
 
 def _environment(
-    stack: Any, calibration: dict[str, Any] | None, cache_ttl: float
+    stack: ValidateTarget, calibration: dict[str, Any] | None, cache_ttl: float
 ) -> dict[str, Any]:
     """Where the run's stack lives, the SLA its rules ran with (``calibration``: the
     measurement it came from, None when the caller set it) and its demo cache's TTL."""
@@ -359,7 +351,7 @@ def _environment(
 
 
 def _run_all(
-    stack: Any,
+    stack: ValidateTarget,
     chosen: list[Case],
     config: ValidateConfig,
     report: Report,
@@ -422,7 +414,7 @@ def _run_all(
 
 
 def _record(
-    stack: Any,
+    stack: ValidateTarget,
     config: ValidateConfig,
     c: Case,
     infos: list[Any],
@@ -451,7 +443,7 @@ def _record(
         "tick": stack.config.tick,
         "passed": result.passed,
     }
-    least, rate = diagnosis_settings(config.quick)
+    least, rate = config.scale.diagnosis_window, config.scale.diagnosis_rate
     label["diagnosis"] = {"min_window_s": least, "rate_s": rate}
     polls = _poll_offsets(result)
     if polls and result.t_fault is not None:
@@ -479,7 +471,7 @@ def _poll_offsets(result: ScenarioResult) -> list[float]:
     return []
 
 
-def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
+def _restart(stack: ValidateTarget, result: ScenarioResult, echo: Echo) -> None:
     code = stack.service.exit_code()
     result.add(
         Check(
@@ -493,7 +485,7 @@ def _restart(stack: Any, result: ScenarioResult, echo: Echo) -> None:
 
 
 def _scenario(
-    stack: Any,
+    stack: ValidateTarget,
     runner: Any,
     c: Case,
     infos: list[Any],
@@ -585,7 +577,9 @@ def _scenario(
     _recover(stack, expect, config, result, echo, watch.fired, t_fault)  # the load runs on
 
 
-def _beyond_reach(stack: Any, c: Case, result: ScenarioResult, fault_s: float) -> dict[str, str]:
+def _beyond_reach(
+    stack: ValidateTarget, c: Case, result: ScenarioResult, fault_s: float
+) -> dict[str, str]:
     """A sweep case's expected alerts its magnitude cannot make fire in ``fault_s``
     (``_severity.beyond_reach``): alert -> why."""
     if c.severity is None:
@@ -619,7 +613,7 @@ def _baseline(config: ValidateConfig, s: Scenario) -> float:
 FULL_FOR_MARGIN_S = 120.0
 
 
-def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -> float:
+def _fault_phase(stack: ValidateTarget, config: ValidateConfig, c: Case, expect: _Expect) -> float:
     """The longest fault phase of a case: the scenarios' own; in a full run with the
     default phases, at least each expected alert's ``for:`` plus the longer of the pack's
     rate window and the longest range its expression reads (``_longest_range_s``), plus
@@ -635,7 +629,7 @@ def _fault_phase(stack: Any, config: ValidateConfig, c: Case, expect: _Expect) -
     user's phase, as asked.
     """
     longest = max(_fault_max(config, s) for s in c.scenarios)
-    if config.quick or config.fault_max is not None:
+    if config.scale.compressed or config.fault_max is not None:
         return longest
     records = {r.record: r.expr for g in stack.engine.groups for r in g.recording_rules}
     holds = [
@@ -691,26 +685,28 @@ def _longest_range_s(
     return longest
 
 
-def _rate_window_s(stack: Any) -> float:
-    """The rate window of the rule pack the stack runs, seconds (``QUICK_RULES``' in a
-    quick run, its ``rule_params``' or the pack's default in a full one)."""
+def _rate_window_s(stack: ValidateTarget) -> float:
+    """The rate window of the rule pack the stack runs, seconds (the quick time scale's
+    in a quick run, its ``rule_params``' or the pack's default in a full one)."""
     return float(promql_parser.parse_duration(stack.pack.params.rate_window).total_seconds())
 
 
-def _settle_s(stack: Any) -> float:
+def _settle_s(stack: ValidateTarget) -> float:
     """The calm after a revert before the next case: one rate window of the rules the
-    stack runs (``QUICK_RULES``' 8 s in a quick run, the pack's 5m in a full one), so the
-    next baseline's windows no longer hold the fault.
+    stack runs (the quick scale's 8 s in a quick run, the pack's 5m in a full one), so the
+    next baseline's windows no longer hold the fault, and at least the scale's
+    ``settle_ticks``.
 
     8 ticks is the rate window only in a quick run: a full run that moves on 40 s after
     event_loop_blocked's calm began still has that case in GPUUtilizationLow's 5m
     windows (request P99 19.6 s, 13 requests queued on average at the next fault), which
     then pages in the next case.
     """
-    return max(8.0 * float(stack.config.tick), _rate_window_s(stack))
+    ticks = float(stack.config.scale.settle_ticks)
+    return max(ticks * float(stack.config.tick), _rate_window_s(stack))
 
 
-def _recover_phase(stack: Any, config: ValidateConfig) -> float:
+def _recover_phase(stack: ValidateTarget, config: ValidateConfig) -> float:
     """The longest wait for the alerts to resolve after the revert: ``recover_max``; in a
     full run with the default phases, at least the pack's rate window plus a minute.
 
@@ -719,7 +715,7 @@ def _recover_phase(stack: Any, config: ValidateConfig) -> float:
     ModelReloaded and TimedOutWorkNotAborted for not resolving on time.
     """
     wait = config.phase("recover_max")
-    if config.quick or config.recover_max is not None:
+    if config.scale.compressed or config.recover_max is not None:
         return wait
     return max(wait, _rate_window_s(stack) + 60.0)
 
@@ -804,18 +800,10 @@ class _Watched:
         return 0 if first is None else len(self.polls) - first - 1
 
 
-#: Polls of the diagnosis after it first names the fault before the fault phase may
-#: end early: a finding that flips on the next look is not a diagnosis to act on.
-STABLE_POLLS = 3
-
-
-def _poll_every(config: ValidateConfig) -> float:
-    return 3.0 if config.quick else 10.0
-
-
 def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float]:
     """When ``_watch`` asks the diagnosis during a fault phase that ran from ``t_fault``
-    to ``end``: from ``fault_min`` on, every ``_poll_every``, and once more at the end
+    to ``end``: from ``fault_min`` on, every ``poll_every`` of the run's time scale, and
+    once more at the end
     when the last poll was more than 1.5 s before it. A replay of a recording asks at
     these times (each live poll also waits for the previous one's diagnosis, so live
     polls drift later by its duration)."""
@@ -823,29 +811,31 @@ def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float
     t = t_fault + config.phase("fault_min")
     while t < end:
         times.append(t)
-        t += _poll_every(config)
+        t += config.scale.poll_every
     if not times or end - times[-1] > 1.5:
         times.append(end)
     return times
 
 
 def _watch(
-    stack: Any,
+    stack: ValidateTarget,
     expect: _Expect,
     t_base: float,
     t_fault: float,
     fault_max: float,
     config: ValidateConfig,
 ) -> _Watched:
-    """Poll alerts each second and the diagnosis every few seconds until the fault
-    is caught and the diagnosis has held for ``STABLE_POLLS`` more polls, or time is up.
+    """Poll alerts each second and the diagnosis every few seconds until the fault is
+    caught and the diagnosis has held for the time scale's ``stable_polls`` more polls
+    (a finding that flips on the next look is not a diagnosis to act on), or time is up.
 
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
     """
-    from ..diagnose import FindingMemory, hold_for
+    from ..diagnose import FindingMemory
 
-    w = _Watched(memory=FindingMemory(hold_for(diagnosis_settings(config.quick)[1])))
+    scale = config.scale
+    w = _Watched(memory=FindingMemory(scale.hold))
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
     while time.time() < deadline:
@@ -858,9 +848,9 @@ def _watch(
         now = time.time()
         if now >= next_diag:
             _poll(stack, expect, w, t_base, t_fault, now)
-            next_diag = time.time() + _poll_every(config)
+            next_diag = time.time() + scale.poll_every
         caught = set(w.fired) >= set(expect.alerts) and w.first_match is not None
-        if caught and w.stable_polls_since_match() >= STABLE_POLLS:
+        if caught and w.stable_polls_since_match() >= scale.stable_polls:
             break
     if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
         _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
@@ -868,7 +858,7 @@ def _watch(
 
 
 def _poll(
-    stack: Any, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
+    stack: ValidateTarget, expect: _Expect, w: _Watched, t_base: float, t_fault: float, now: float
 ) -> None:
     from ..diagnose import HIGH_CONFIDENCE
 
@@ -895,27 +885,19 @@ def _named(diagnosis: Any) -> str:
     return ", ".join(f"{f.signature} {f.confidence:.2f}" for f in findings)
 
 
-def diagnosis_settings(quick: bool) -> tuple[float, float | None]:
-    """``(least window, rate window)`` of validate's diagnosis, in seconds.
+def _safe_diagnose(stack: ValidateTarget, t_base: float, now: float) -> Any:
+    """The diagnosis over this case's baseline and fault, never further back, and at
+    least the time scale's ``diagnosis_window``; rates over its ``diagnosis_rate``.
 
-    The window is this case's baseline and fault, never further back: a window that
-    reached past the baseline into the previous case (30 s behind a 4 s baseline) let
-    its tail seed the detector, which then missed this case's fault (event_loop_blocked
-    read as network_latency once the blocked loop's median was judged against
-    gpu_contention's). A compressed run reads rates over its rule pack's rate window
-    (``QUICK_RULES``: 8 s), not a quarter of its short window, so they span enough
-    requests; a full run leaves both to the diagnosis (a minute).
+    A window that reached past the baseline into the previous case (30 s behind a 4 s
+    baseline) let its tail seed the detector, which then missed this case's fault
+    (event_loop_blocked read as network_latency once the blocked loop's median was judged
+    against gpu_contention's). A compressed run reads rates over its rule pack's rate
+    window (8 s), not a quarter of its short window, so they span enough requests; a full
+    run leaves the rate to the diagnosis (a minute).
     """
-    if not quick:
-        return MIN_DIAGNOSIS_WINDOW, None
-    from ..demo import QUICK_RULES
-
-    rate = promql_parser.parse_duration(QUICK_RULES["rate_window"]).total_seconds()
-    return QUICK_MIN_WINDOW, float(rate)
-
-
-def _safe_diagnose(stack: Any, t_base: float, now: float) -> Any:
-    least, rate = diagnosis_settings(bool(stack.config.quick))
+    scale = stack.config.scale
+    least, rate = scale.diagnosis_window, scale.diagnosis_rate
     try:
         return stack.diagnose(window=max(least, now - t_base), end=now, rate=rate)
     except Exception as exc:  # the report says the diagnosis failed; the run goes on
@@ -935,7 +917,7 @@ def _matches(diagnosis: Any, expect: _Expect) -> bool:
 
 
 def _generic_matches(
-    stack: Any, expect: _Expect, t_base: float, t_fault: float, now: float
+    stack: ValidateTarget, expect: _Expect, t_base: float, t_fault: float, now: float
 ) -> tuple[bool, str]:
     """A fault no signature knows: the generic ranking of what changed between the
     baseline and the fault must name its layer first and a suspect in its top three."""
@@ -992,7 +974,7 @@ def _error_rate(phase: LoadPhase) -> float:
 
 
 def _alert_checks(
-    stack: Any,
+    stack: ValidateTarget,
     alerts: tuple[str, ...],
     fired: dict[str, float],
     t_fault: float,
@@ -1015,7 +997,9 @@ def _alert_checks(
     return out
 
 
-def _never_fired(stack: Any, name: str, t_fault: float, t_end: float, limit: float) -> Check:
+def _never_fired(
+    stack: ValidateTarget, name: str, t_fault: float, t_end: float, limit: float
+) -> Check:
     rule = next((r for g in stack.engine.groups for r in g.alerting_rules if r.alert == name), None)
     if rule is None:
         return Check(f"alert:{name}", False, f"{name} is not in the rule pack")
@@ -1044,7 +1028,7 @@ def _neg(op: str) -> str:
 
 
 def _peak(
-    stack: Any, expr: str, start: float, end: float
+    stack: ValidateTarget, expr: str, start: float, end: float
 ) -> tuple[float | None, float | None, str]:
     """The peak of the left side of the rule's top comparison over the fault, and its bound."""
     try:
@@ -1074,7 +1058,7 @@ def _is_number(text: str) -> bool:
 PAGING = ("P0", "P1")
 
 
-def _also_fired(stack: Any, expect: _Expect, t_fault: float) -> Check | None:
+def _also_fired(stack: ValidateTarget, expect: _Expect, t_fault: float) -> Check | None:
     """Alerts that fired during the fault beyond the expected ones. A paging (P0/P1)
     alert the fault table does not list as a consequence is a false alert: a fail."""
     fired = {
@@ -1258,7 +1242,7 @@ def _error_lines(path: Path, offset: int) -> list[dict[str, Any]]:
 
 
 def _recover(
-    stack: Any,
+    stack: ValidateTarget,
     expect: _Expect,
     config: ValidateConfig,
     result: ScenarioResult,

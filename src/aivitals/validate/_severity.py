@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ._report import Check
+from ._target import ValidateTarget
 
 __all__ = [
     "NOMINAL_EMBEDDINGS_RPS",
@@ -1069,7 +1070,7 @@ def _fmt(value: float, unit: str) -> str:
 
 
 def reached(
-    stack: Any,
+    stack: ValidateTarget,
     fault: str,
     severity: str,
     params: dict[str, Any],

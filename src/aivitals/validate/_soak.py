@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AivitalsError, ConfigError
+from ..timescale import TimeScale
 from ._config import ValidateConfig
 from ._lock import RunLock
+from ._target import ValidateTarget
 
 __all__ = [
     "MAX_SOAK_S",
@@ -84,8 +86,9 @@ def parse_soak_duration(text: str | float) -> float:
 @dataclass(frozen=True)
 class SoakPlan:
     """The cadence of one soak: when the diagnosis is asked, over which window, and when
-    the reload happens. Quick runs have compressed rule time (1 s ticks) and poll every
-    10 s over the last minute; full runs poll every 30 s over the last 3 minutes."""
+    the reload happens, from the run's time scale (``TimeScale.soak``). Quick runs have
+    compressed rule time (1 s ticks) and poll every 10 s over the last minute; full runs
+    poll every 30 s over the last 3 minutes."""
 
     duration: float
     quick: bool
@@ -102,24 +105,22 @@ class SoakPlan:
     @classmethod
     def for_run(cls, duration: float, quick: bool) -> SoakPlan:
         duration = parse_soak_duration(duration)
-        # the cache TTL is compressed with rule time in quick runs, so keys expire within
-        # a five-minute soak; the full run keeps the demo's own 300 s
-        poll_every, window, min_window, ttl = (
-            (10.0, 60.0, 30.0, 60.0)
-            if quick
-            else (
-                30.0,
-                180.0,
-                90.0,
-                300.0,
-            )
-        )
-        if duration < 2 * min_window:
+        c = TimeScale.of(quick).soak
+        if duration < 2 * c.min_window:
             raise ConfigError(
-                f"soak duration {duration:g} s: at least {2 * min_window:g} s "
+                f"soak duration {duration:g} s: at least {2 * c.min_window:g} s "
                 f"({'quick' if quick else 'full'} run), so the diagnosis is asked more than once"
             )
-        return cls(duration, quick, poll_every, window, min_window, duration / 2, ttl, ttl)
+        return cls(
+            duration=duration,
+            quick=quick,
+            poll_every=c.poll_every,
+            window=c.window,
+            min_window=c.min_window,
+            reload_at=duration / 2,
+            cache_ttl=c.cache_ttl,
+            warm_up=c.cache_ttl,
+        )
 
     def poll_times(self) -> list[float]:
         """Seconds into the soak at which the diagnosis is asked."""
@@ -493,7 +494,7 @@ def _clients(load: Any) -> list[dict[str, Any]]:
 
 
 def _record(
-    stack: Any, config: ValidateConfig, report: SoakReport, plan: SoakPlan, echo: Echo
+    stack: ValidateTarget, config: ValidateConfig, report: SoakReport, plan: SoakPlan, echo: Echo
 ) -> None:
     """Save the soak (warm-up included) as a ``soak`` recording: nothing injected, healthy.
 
@@ -566,14 +567,13 @@ def _multiplier_window(plan: SoakPlan) -> float:
     return max(plan.poll_every, plan.duration / 10)
 
 
-def _soak(stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
-    from ..diagnose import FindingMemory, hold_for
-    from ._runner import diagnosis_settings
+def _soak(stack: ValidateTarget, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo) -> None:
+    from ..diagnose import FindingMemory
 
     polls = plan.poll_times()
     # the polls are successive looks at one service: a finding held across them is
     # judged as held, as an operator watching the agent would read it
-    memory = FindingMemory(hold_for(diagnosis_settings(plan.quick)[1]))
+    memory = FindingMemory(TimeScale.of(plan.quick).hold)
     # from the soak's start: the counters also hold the warm-up's requests
     sent: list[tuple[float, int]] = [(load.seconds, _completions_sent(load))]
     reload = _Reload(plan.reload_at)
@@ -648,7 +648,7 @@ class _Reload:
         self.done = False
         self.before: dict[str, float] = {}
 
-    def step(self, stack: Any, now: float, report: SoakReport, echo: Echo) -> None:
+    def step(self, stack: ValidateTarget, now: float, report: SoakReport, echo: Echo) -> None:
         if self.done or now < self.at:
             return
         if self.thread is None:
@@ -672,7 +672,7 @@ class _Reload:
             report.reload["ready_after_s"] = took
             echo(f"[{now:4.0f} s] the new models serve {took:.1f} s after the reload began")
 
-    def _post(self, stack: Any) -> None:
+    def _post(self, stack: ValidateTarget) -> None:
         import httpx
 
         from ..demo import RELOAD_PATH
@@ -690,12 +690,12 @@ class _Reload:
         else:
             self.result = {"took": time.time() - t0}
 
-    def finish(self, stack: Any, report: SoakReport, echo: Echo) -> None:
+    def finish(self, stack: ValidateTarget, report: SoakReport, echo: Echo) -> None:
         if self.thread is not None and not self.done:
             self.thread.join(timeout=120.0)
             self.step(stack, self.at, report, echo)
 
-    def measure(self, stack: Any, report: SoakReport) -> None:
+    def measure(self, stack: ValidateTarget, report: SoakReport) -> None:
         """The service's own timing of the reload: the load-time gauges that changed
         (read at the soak's end: the reload's value reaches the store with a scrape)."""
         if self.thread is None:
@@ -705,7 +705,7 @@ class _Reload:
             report.reload["model_load_s"] = changed
 
 
-def _load_times(stack: Any) -> dict[str, float]:
+def _load_times(stack: ValidateTarget) -> dict[str, float]:
     """``model_load_time_seconds`` now, by model."""
     return {
         str(dict(s.labels).get("model", "?")): float(s.value)
@@ -714,7 +714,12 @@ def _load_times(stack: Any) -> dict[str, float]:
 
 
 def _poll(
-    stack: Any, load: Any, plan: SoakPlan, report: SoakReport, echo: Echo, memory: Any = None
+    stack: ValidateTarget,
+    load: Any,
+    plan: SoakPlan,
+    report: SoakReport,
+    echo: Echo,
+    memory: Any = None,
 ) -> None:
     """Ask the diagnosis over the last ``plan.window`` seconds (never before the warm-up),
     through the soak's ``memory`` (a ``FindingMemory``) when given."""
@@ -755,7 +760,7 @@ def _poll(
         echo(head + f"[fail] diagnosis not healthy: {what}")
 
 
-def _hit_ratios(stack: Any, over: float) -> dict[str, float]:
+def _hit_ratios(stack: ValidateTarget, over: float) -> dict[str, float]:
     w = f"{max(1, int(over))}s"
     expr = (
         f'sum by (cache) (rate(cache_requests_total{{result="hit"}}[{w}])) '
@@ -769,7 +774,7 @@ def _hit_ratios(stack: Any, over: float) -> dict[str, float]:
     return out
 
 
-def _firings(stack: Any, t0: float, reload: dict[str, Any]) -> list[AlertFiring]:
+def _firings(stack: ValidateTarget, t0: float, reload: dict[str, Any]) -> list[AlertFiring]:
     """Every alert that fired since the soak started, with its severity and resolve time."""
     events = stack.engine.history(start=t0)
     resolved: dict[tuple[str, str], list[float]] = {}
