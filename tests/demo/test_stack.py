@@ -19,3 +19,11 @@ def test_the_agent_cannot_start_before_the_service() -> None:
         assert stack.agent is None
     finally:
         stack.stop()
+
+
+def test_the_live_diagnosis_holds_for_two_of_the_packs_rate_windows() -> None:
+    assert Stack(StackConfig(quick=True)).finding_memory().hold == 16.0
+    assert Stack(StackConfig()).finding_memory().hold == 120.0
+    # the demo's compressed rules read rates over a minute: their hold is two of those
+    compressed = StackConfig(quick=True, rule_params={"rate_window": "60s"})
+    assert Stack(compressed).finding_memory().hold == 120.0

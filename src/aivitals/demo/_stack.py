@@ -559,11 +559,17 @@ class Stack:
         )
 
     def finding_memory(self) -> Any:
-        """A ``FindingMemory`` whose hold follows this stack's time scale (two rate windows:
-        16 s at quick runs' 8 s, two minutes at the shipped minute)."""
-        from ..diagnose import FindingMemory
+        """A ``FindingMemory`` whose hold follows the rule pack this stack runs: two of its
+        rate windows (16 s at quick runs' 8 s, two minutes at the demo's compressed 60 s
+        and the shipped minute), since a rate forgets a burst within one window."""
+        import promql_parser
 
-        return FindingMemory(self.config.scale.hold)
+        from ..diagnose import FindingMemory, hold_for
+
+        window = self.config.rule_params.get("rate_window")
+        if window is None:
+            return FindingMemory(self.config.scale.hold)
+        return FindingMemory(hold_for(promql_parser.parse_duration(window).total_seconds()))
 
     def live_diagnosis(self) -> Any:
         """The diagnosis now, through the stack's memory: successive looks keep a finding
