@@ -4,7 +4,7 @@ The rule:
 
 - ``integration``: the test needs something beyond the venv: a Debian package's
   binary (Prometheus, promtool, Alertmanager, VictoriaMetrics, Redis, stress-ng,
-  fio, nft, Chromium), root, a real server process, the demo stack.
+  fio, nft, Chromium), root, or a real server process (the demo stack's too).
 - ``slow``: the test takes more than 2 seconds on 2 cores (``--durations`` shows it).
 - Every other test is a unit test: ``make check`` runs it (``-m "not integration
   and not slow"``, the Makefile's ``CHECK_SELECT``); ``make test`` runs every test.
@@ -96,13 +96,14 @@ class Needs:
         declared = getattr(obj, _ATTR, None)
         if isinstance(declared, str):
             return declared
+        if isinstance(obj, staticmethod | classmethod):
+            return self.of(obj.__func__)
+        if isinstance(obj, property):
+            return self.of(obj.fget)
         if not _ours(obj):
             return None
         if inspect.isclass(obj):
-            parts = [v for k, v in vars(obj).items() if not k.startswith("__") or k == "__init__"]
-            return next((n for n in map(self.of, parts) if n), None)
-        if isinstance(obj, staticmethod | classmethod | property):
-            return self.of(obj.__func__ if not isinstance(obj, property) else obj.fget)
+            return next((n for n in map(self.of, vars(obj).values()) if n), None)
         fn = inspect.unwrap(obj) if callable(obj) else obj
         if fn is not obj and (found := self.of(fn)):
             return found

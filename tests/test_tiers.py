@@ -103,14 +103,24 @@ def _through_a_context_manager() -> Iterator[None]:
 
 
 class _ThroughAClass:
-    def start(self) -> None:
+    def __enter__(self) -> None:
         with _through_a_context_manager():
             pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _ThroughAProperty:
+    @property
+    def started(self) -> bool:
+        with _ThroughAClass():
+            return True
 
 
 def _through_a_closure() -> None:
     def inner() -> None:
-        _ThroughAClass().start()
+        assert _ThroughAProperty().started
 
     inner()
 
@@ -129,6 +139,7 @@ REACHES = {
     _through_a_helper: "a thing",
     _through_a_context_manager: "a thing",
     _ThroughAClass: "a thing",
+    _ThroughAProperty: "a thing",
     _through_a_closure: "a thing",
     _through_the_servers_module: "a Debian package's binary",
     _needs_only_a_port: None,
