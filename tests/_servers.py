@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._tiers import needs
+
 DEBIAN_PACKAGE = {
     "prometheus": "prometheus",
     "promtool": "prometheus",
@@ -38,6 +40,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@needs("a Debian package's binary")
 def require_binary(name: str) -> str:
     """The path of a binary; skips the test when it is absent (fails under CI)."""
     path = shutil.which(name)

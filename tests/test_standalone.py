@@ -80,6 +80,7 @@ def test_the_copy_imports_its_own_package(copy: Path) -> None:
     assert Path(res.stdout.strip()).is_relative_to(copy / "src")
 
 
+@pytest.mark.slow
 def test_the_copy_collects_the_whole_suite(copy: Path) -> None:
     res = _run(copy, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", timeout=280)
     tail = (res.stdout + res.stderr)[-4000:]

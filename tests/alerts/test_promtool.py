@@ -93,6 +93,7 @@ def _engine_runs(path: Path) -> list[dict[tuple[float, str], list[FiringAlert]]]
     ]
 
 
+@pytest.mark.slow
 def test_the_engine_agrees_with_every_expectation_of_the_unit_tests() -> None:
     checked = 0
     for path, doc in _docs():

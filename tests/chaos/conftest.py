@@ -11,10 +11,12 @@ import psutil
 import pytest
 
 from aivitals.chaos import ChaosRunner, FaultContext
+from tests._tiers import needs
 
 RUN_ENV = "AIVITALS_CHAOS_RUN"
 
 
+@needs("a Debian package's binary")
 def require_tool(name: str) -> str:
     """A binary the fault needs; skip when absent, but fail under CI."""
     path = shutil.which(name)
@@ -26,6 +28,7 @@ def require_tool(name: str) -> str:
     return path
 
 
+@needs("root")
 def require_root() -> None:
     if os.geteuid() != 0:
         msg = "network namespaces and nftables need root"
@@ -68,6 +71,9 @@ def run_processes(run_id: str) -> list[int]:
 
 
 def netns_names() -> list[str]:
+    """The network namespaces; none without iproute2, where no fault can have made one."""
+    if shutil.which("ip") is None:
+        return []
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
 

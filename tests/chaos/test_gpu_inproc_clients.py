@@ -77,6 +77,7 @@ def test_a_crashed_run_s_cleanup_resets_a_lost_device(tmp_path: Path) -> None:
     assert not sim.lost(0)
 
 
+@pytest.mark.slow
 def test_gpu_cotenant_takes_memory_periodically(
     runner_factory, chaos_root: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -108,6 +109,7 @@ def _completions(srv: Any) -> list[bytes]:
     return [b for p, b in zip(srv.paths, srv.bodies, strict=True) if p == "/v1/completions"]
 
 
+@pytest.mark.slow
 def test_gpu_oom_holds_memory_and_sends_overlong_prompts(
     runner_factory, chaos_root: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -239,6 +241,7 @@ def test_every_in_process_fault_maps_to_the_service_name(
     ]
 
 
+@pytest.mark.slow
 def test_a_surge_sends_a_new_prompt_every_request_unless_told_to_cycle(
     runner_factory, chaos_root: Path
 ) -> None:  # type: ignore[no-untyped-def]

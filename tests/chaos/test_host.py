@@ -86,6 +86,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
+@pytest.mark.slow
 def test_disk_fill_grows_log_files_to_its_bound_and_removes_them(  # type: ignore[no-untyped-def]
     runner_factory, chaos_root: Path, tmp_path: Path
 ) -> None:
@@ -183,6 +184,7 @@ def test_disk_fill_after_a_sigkill_is_removed_by_chaos_cleanup(
         cleanup(root, force=True)
 
 
+@pytest.mark.slow
 def test_connection_flood_holds_idle_connections(runner_factory, chaos_root: Path) -> None:  # type: ignore[no-untyped-def]
     with tiny_server() as srv, runner_factory(FaultContext(target=srv.url)) as runner:
         active = runner.start("connection_flood", duration=20, connections=300)
@@ -198,6 +200,7 @@ def test_connection_flood_holds_idle_connections(runner_factory, chaos_root: Pat
     assert_clean(run_id, chaos_root)
 
 
+@pytest.mark.slow
 def test_the_flood_opens_and_reopens_out_of_step() -> None:
     # a server that, like uvicorn, answers and closes an idle keep-alive connection after a
     # while (1 s here): 2,000 clients in step would all reopen at the same moment, the open

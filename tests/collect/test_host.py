@@ -275,6 +275,7 @@ def test_a_netns_that_is_neither_a_name_nor_an_absolute_path_is_a_config_error(b
         HostCollector(netns=[bad])
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="creates a network namespace (root)"
 )

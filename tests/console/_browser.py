@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests._tiers import needs
+
 #: Markup for label values and annotations: shown as text, it never runs.
 XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
@@ -37,6 +39,7 @@ def _binaries() -> tuple[str, str] | None:
     return None
 
 
+@needs("chromium")
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A fresh headless Chromium with its console log kept; skipped (failed in CI) without one."""

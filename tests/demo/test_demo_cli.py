@@ -170,6 +170,7 @@ def test_a_corrupt_trace_stops_the_demo_with_one_line(tmp_path: Path) -> None:
     assert _survivors(mark) == []
 
 
+@pytest.mark.integration
 def test_a_demo_on_a_port_in_use_stops_with_the_reason() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -240,6 +241,7 @@ def test_the_service_dying_stops_the_demo_with_the_reason(tmp_path: Path) -> Non
     assert _survivors(mark) == []
 
 
+@pytest.mark.slow
 def test_stop_gives_the_load_streams_one_short_grace_then_stops_the_stack() -> None:
     # a stream still planning its replay does not look at the stop event: Ctrl-C then
     # waited 35 s a stream before the stack stopped (over a minute in CI, under load)

@@ -42,6 +42,7 @@ def test_zipf_weights_sum_to_one_and_fall_with_rank() -> None:
     assert w[0] / w[9] == pytest.approx(10.0)
 
 
+@pytest.mark.slow
 def test_the_pool_size_lands_the_expected_hit_ratio_on_the_target() -> None:
     for rate, target in ((1.0, 0.4), (5.0, 0.4), (3.0, 0.5)):
         n = pool_size_for(target, rate, 300.0)

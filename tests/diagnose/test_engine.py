@@ -395,6 +395,7 @@ def test_a_model_load_minutes_before_a_latency_rise_is_not_its_cold_start() -> N
     assert "cold_start" in _high(d)
 
 
+@pytest.mark.slow
 def test_a_warm_swap_that_slows_requests_is_not_a_cold_start() -> None:
     """The planned reload of validate's soak: new weights loaded beside the serving copy,
     a 0.6 s load after a start-up load that took 8.6 s, and a P99 rise from the load's CPU.
@@ -451,6 +452,7 @@ def _filled_device(ramp_s: int) -> tuple[Store, float, float]:
     return corpus.to_store(sc), sc.start + at + ramp_s, sc.start + at - 60
 
 
+@pytest.mark.slow
 def test_a_leak_that_fills_the_device_is_still_the_leak_once_calls_fail_oom() -> None:
     """The full-length validate run's leak (7 minutes of growth, then CUDA_OOM on 18 % of
     calls): once the device was full the rate-window slope fell to 0 and gpu_oom was

@@ -101,6 +101,7 @@ def _with_evidence(sig_id: str, old: str, new: str, **changes: object) -> list[S
     return out
 
 
+@pytest.mark.slow
 def test_a_gpu_leak_at_twice_the_bound_is_named_within_its_quick_phase() -> None:
     # a quick sweep's moderate gpu_memory_leak (3.6 MB/s on a process holding 15 GB of
     # weights): the leak is named 27 s in and on every poll after
@@ -168,6 +169,7 @@ _INPUT_LENGTH_SHIFT_BEFORE = """
 """
 
 
+@pytest.mark.slow
 def test_a_soak_is_healthy_at_every_poll_with_the_per_model_input_median() -> None:
     # a healthy 5-minute compressed soak: at 140 s the completions' long inputs took more
     # of a 15 s window than the embeddings' short ones, and the median of both together
@@ -181,6 +183,7 @@ def test_a_soak_is_healthy_at_every_poll_with_the_per_model_input_median() -> No
     assert any("input_length_shift" in p for p in _soak_polls("soak-quick-healthy", both))
 
 
+@pytest.mark.slow
 def test_a_healthy_soak_never_reads_as_a_gpu_leak() -> None:
     # the sim's requests reserve KV memory and free it: the process's memory swings by
     # 140-225 MB over a soak, but the least it holds over a rate window never rises above

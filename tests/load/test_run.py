@@ -133,6 +133,7 @@ def test_connection_close_answers_are_followed_by_new_connections() -> None:
     assert srv.connections >= rep.completed
 
 
+@pytest.mark.slow
 def test_a_connection_idle_past_the_keepalive_expiry_is_not_reused() -> None:
     """A server closes an idle connection at its keep-alive timeout (uvicorn: 5 s); a
     request sent on it in that instant is lost. Idle connections are reused only under

@@ -324,6 +324,7 @@ async def test_a_check_that_ended_while_the_loop_was_blocked_is_not_still_runnin
     assert health.readiness()[0]
 
 
+@pytest.mark.slow
 async def test_an_answer_in_time_is_not_a_timeout_because_the_loop_heard_it_late() -> None:
     # the ping's thread answers in a millisecond; the loop, blocked by a handler's
     # synchronous sleep past the check's timeout, wakes to both the timeout and the answer.

@@ -190,6 +190,7 @@ def test_an_hour_of_soak_at_the_services_rate_never_runs_out_of_trace() -> None:
     assert last_window(repeated) == pytest.approx(planned, rel=0.03)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("swing", "x1_share"), [((0.5, 1.5), 0.5 / 1.5), ((0.5, 3.0), 0.5 / 3.0), ((0.25, 0.8), 0.5)]
 )

@@ -697,6 +697,7 @@ def _embeddings_server(seconds: float, status: int) -> Any:
     return srv
 
 
+@pytest.mark.slow
 def test_a_sweep_measures_the_pool_before_sizing_a_surge() -> None:
     """calibrate_capacity counts fresh embeddings answered with one in flight per worker;
     only a graded surge asks for it; a service that cannot answer is a ServiceError."""
