@@ -48,7 +48,10 @@ def needs(what: str) -> Callable[[F], F]:
 def _ours(obj: object) -> bool:
     """Defined in the test package (or is one of its modules)."""
     attr = "__name__" if isinstance(obj, ModuleType) else "__module__"
-    module = getattr(obj, attr, None) or ""
+    try:
+        module = getattr(obj, attr, None) or ""
+    except Exception:  # a proxy that only resolves inside its context is not ours
+        return False
     return module == _PACKAGE or module.startswith(_PACKAGE + ".")
 
 
@@ -93,7 +96,10 @@ class Needs:
         return self._known[key][1]
 
     def _find(self, obj: object) -> str | None:
-        declared = getattr(obj, _ATTR, None)
+        try:
+            declared = getattr(obj, _ATTR, None)
+        except Exception:  # a proxy (werkzeug's request) that only resolves inside a request
+            return None
         if isinstance(declared, str):
             return declared
         if isinstance(obj, staticmethod | classmethod):

@@ -232,6 +232,7 @@ class _Failing:
         return self.store.query_range(expr, start, end, step)
 
 
+@pytest.mark.slow
 def test_a_recorded_fault_whose_evidence_queries_fail_mid_incident_stays_named() -> None:
     rec = next(r for r in load_recordings(RECORDINGS) if r.name == "gpu_oom@moderate")
     store = rec.store()
