@@ -112,17 +112,37 @@ def test_a_stronger_signature_displaces_it_and_is_held_in_turn() -> None:
 
 
 def test_a_fully_evidenced_cause_takes_over_once_the_held_evidence_is_gone() -> None:
-    # the early look read a blocked loop as network latency; its evidence is gone and the
-    # specific cause is evidenced at high confidence: holding the first would be a lie
+    # the early looks read a blocked loop as network latency; its evidence has been gone
+    # for a rate window (the grace) and the specific cause is evidenced at high
+    # confidence: holding the first would be a lie
     m = FindingMemory(hold=16.0)
+    assert m.grace == 8.0  # one of the hold's two rate windows
     m.update(_look(100.0, _finding("network_latency", 0.95)))
-    d = m.update(_look(103.0, _finding("event_loop_blocked", 0.78)))
+    d = m.update(_look(109.0, _finding("event_loop_blocked", 0.78)))
     assert d.findings[0].signature == "event_loop_blocked"
     # a lead under high confidence is not such a cause
     m = FindingMemory(hold=16.0)
     m.update(_look(100.0, _finding("network_latency", 0.95)))
-    d = m.update(_look(103.0, _finding("event_loop_blocked", 0.55)))
+    d = m.update(_look(109.0, _finding("event_loop_blocked", 0.55)))
     assert d.findings[0].signature == "network_latency"
+
+
+def test_evidence_missing_for_less_than_the_grace_is_not_gone() -> None:
+    # a rate over bursty inputs can drop for up to one of its windows: one poll without
+    # the held finding's evidence does not hand the lead to a weaker cause
+    m = FindingMemory(hold=16.0)
+    m.update(_look(108.0, _finding("timeouts_not_aborting", 1.0)))
+    m.update(_look(111.0, _finding("timeouts_not_aborting", 1.0)))
+    d = m.update(_look(114.0, _finding("cpu_bound_preprocessing", 0.75)))  # gone 3 s
+    assert d.findings[0].signature == "timeouts_not_aborting"
+    assert d.findings[0].evidence_seen == 111.0
+    # ... while a stronger one still takes it, as it would while the evidence is found
+    d = m.update(_look(116.0, _finding("gpu_xid", 1.0)))
+    assert d.findings[0].signature == "timeouts_not_aborting"  # not stronger: equal
+    m = FindingMemory(hold=16.0)
+    m.update(_look(108.0, _finding("cpu_bound_preprocessing", 0.75)))
+    d = m.update(_look(111.0, _finding("gpu_xid", 0.82)))
+    assert d.findings[0].signature == "gpu_xid"
 
 
 def test_nothing_under_high_confidence_is_ever_held() -> None:
@@ -181,6 +201,8 @@ def test_bad_input_is_refused_and_an_old_look_is_not_remembered() -> None:
         FindingMemory(hold=-1.0)
     with pytest.raises(ConfigError, match="lead must be"):
         FindingMemory(lead=0.0)
+    with pytest.raises(ConfigError, match="grace must be between 0 and the hold"):
+        FindingMemory(hold=16.0, grace=20.0)
     with pytest.raises(ConfigError, match="rate must be > 0"):
         hold_for(0.0)
     m = FindingMemory(hold=16.0)

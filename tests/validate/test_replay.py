@@ -47,6 +47,20 @@ def test_without_memory_the_recorded_flips_come_back() -> None:
     assert all(f >= 1 for f in flipped), flipped
 
 
+def test_a_held_finding_missing_for_one_poll_is_not_gone() -> None:
+    """A live run named timeouts_not_aborting at 1.00, missed its evidence for one poll
+    (cpu_bound_preprocessing 0.75 led), then named it again: with the grace the memory
+    holds it; counted as gone at once (no grace), the weaker cause took over."""
+    from aivitals.diagnose import FindingMemory, hold_for
+
+    rec = next(r for r in RECORDINGS if r.path.parent.name.endswith("one-poll-gone"))
+    hold = hold_for(rec.diagnosis_rate)
+    assert replay(rec, memory=False).flips == 2
+    assert replay(rec, memory=FindingMemory(hold, grace=0.0)).flips == 2
+    held = replay(rec)
+    assert held.flips == 0 and all(p.top == "timeouts_not_aborting" for p in held.polls[1:])
+
+
 def _poll(top: str, matched: bool, quiet: bool = False) -> ReplayedPoll:
     return ReplayedPoll(0.0, top, 0.9, matched, quiet)
 

@@ -10,10 +10,12 @@ place until its own evidence has been gone for the hold period:
 
 - while its evidence still holds (the signature is still found), only a signature with
   more confidence displaces it; a generic anomaly or a weaker signature does not;
-- once its evidence is gone (the signature is no longer found), a signature at high
-  confidence may take its place: a new cause, fully evidenced; a generic anomaly or
-  nothing at all does not, until the hold period has passed since the evidence was
-  last seen;
+- once its evidence is gone (the signature not found for one rate window, the grace), a
+  signature at high confidence may take its place: a new cause, fully evidenced; a
+  generic anomaly or nothing at all does not, until the hold period (two rate windows)
+  has passed since the evidence was last seen. Missing for less than the grace is not
+  gone: a rate-based condition over bursty inputs can drop for up to one of its windows,
+  so until then only a stronger signature displaces it, as while it is found;
 - when its evidence could not be looked at (its queries failed, the backend was given
   up on), it keeps its hold and says "evidence unseen since", never dropped silently.
 
@@ -105,18 +107,34 @@ class FindingMemory:
             d = memory.update(diagnose(store, end=t, window=..., rate=8.0))
     """
 
-    def __init__(self, hold: float | None = None, *, lead: float = HIGH_CONFIDENCE) -> None:
+    def __init__(
+        self,
+        hold: float | None = None,
+        *,
+        lead: float = HIGH_CONFIDENCE,
+        grace: float | None = None,
+    ) -> None:
         hold = hold_for() if hold is None else hold
         if not (isinstance(hold, int | float) and math.isfinite(hold) and hold >= 0):
             raise ConfigError(f"FindingMemory: hold must be >= 0 seconds, got {hold!r}")
+        grace = hold / HOLD_RATE_WINDOWS if grace is None else grace
+        if not (isinstance(grace, int | float) and math.isfinite(grace) and 0 <= grace <= hold):
+            raise ConfigError(
+                f"FindingMemory: grace must be between 0 and the hold ({hold:g} s), got {grace!r}"
+            )
         if not (isinstance(lead, int | float) and 0 < lead <= 1):
             raise ConfigError(f"FindingMemory: lead must be in (0, 1], got {lead!r}")
         self.hold = float(hold)
+        self.grace = float(grace)
         self.lead = float(lead)
         self._held: _Held | None = None
         self._last: float | None = None
         # the agent's HTTP handlers and the console's refreshes look from several threads
         self._lock = threading.Lock()
+
+    def _gone(self, h: _Held, t: float) -> bool:
+        """The held finding's evidence is gone: looked at, and not found for the grace."""
+        return h.unseen_since is None and t - h.seen >= self.grace
 
     @property
     def held(self) -> Finding | None:
@@ -159,11 +177,10 @@ class FindingMemory:
             elif now is not None:
                 if _displaces(top, now.confidence, self.lead):
                     h = self._held = None
-            elif _displaces(
-                top, -1.0 if h.unseen_since is None else h.finding.confidence, self.lead
-            ):
-                # its evidence is gone and a new cause is evidenced; evidence that could not
-                # be looked at is not gone: then only a stronger cause takes over
+            elif _displaces(top, -1.0 if self._gone(h, t) else h.finding.confidence, self.lead):
+                # its evidence is gone and a new cause is evidenced; evidence missing for
+                # less than the grace, or that could not be looked at, is not gone: then
+                # only a stronger cause takes over, as while it is still found
                 h = self._held = None
             elif h.unseen_since is None and t - h.seen > self.hold:
                 h = self._held = None  # gone for the hold period: released

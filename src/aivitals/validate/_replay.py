@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..diagnose import FindingMemory
 from ..errors import ConfigError
 from ._config import ValidateConfig
 from ._record import MIN_DIAGNOSIS_WINDOW, Recording, _settings
@@ -95,15 +96,16 @@ def count_flips(polls: Sequence[ReplayedPoll], *, pair: bool = False, event: boo
     return flips
 
 
-def replay(rec: Recording, *, memory: bool = True) -> Replay:
+def replay(rec: Recording, *, memory: bool | FindingMemory = True) -> Replay:
     """Diagnose ``rec`` at each of validate's polls over its fault phase and judge them.
 
     ``memory`` (default) sends the polls through one ``FindingMemory`` with the hold of
-    the recording's time scale, as validate does; False replays bare diagnoses.
+    the recording's time scale, as validate does; False replays bare diagnoses; a
+    ``FindingMemory`` of the caller's is used as given.
     Raises ``ConfigError`` for a recording a replay does not judge (``replayable``).
     """
     from ..chaos import FAULT_TABLE
-    from ..diagnose import HIGH_CONFIDENCE, FindingMemory, diagnose, hold_for
+    from ..diagnose import HIGH_CONFIDENCE, diagnose, hold_for
 
     if not replayable(rec):
         why = "; ".join(rec.problems) if rec.problems else f"kind {rec.kind!r}"
@@ -117,7 +119,10 @@ def replay(rec: Recording, *, memory: bool = True) -> Replay:
     if not timed:
         times = poll_times(t_fault, end, ValidateConfig(quick=bool(label.get("quick"))))
     store = rec.store()
-    mem = FindingMemory(hold_for(rec.diagnosis_rate)) if memory else None
+    if isinstance(memory, FindingMemory):
+        mem: FindingMemory | None = memory
+    else:
+        mem = FindingMemory(hold_for(rec.diagnosis_rate)) if memory else None
     expected = [str(x) for x in label["expected"]]
     pair = rec.kind == "pair"
     polls: list[ReplayedPoll] = []
@@ -156,4 +161,4 @@ def replay(rec: Recording, *, memory: bool = True) -> Replay:
     event = not pair and bool(infos) and all(i is not None and i.event for i in infos)
     first = next((i for i, p in enumerate(polls) if p.matched), None)
     flips = count_flips(polls, pair=pair, event=event)
-    return Replay(rec.name, polls, first, flips, timed, memory)
+    return Replay(rec.name, polls, first, flips, timed, mem is not None)
