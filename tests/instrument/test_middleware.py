@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import string
 from typing import Any
@@ -512,3 +513,54 @@ async def test_raw_app_templates_are_declared_at_lifespan_startup() -> None:
         )
         assert count == 0
     assert sent == [{"type": "lifespan.startup.complete"}]
+
+
+@pytest.mark.anyio
+async def test_metrics_path_never_shadows_a_route_the_app_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = fastapi_app(CollectorRegistry(), instrumented=False)
+
+    @app.get("/metrics")
+    async def own_metrics() -> str:
+        return "the app's own"
+
+    # instrument() on a FastAPI app adds the middleware, which Starlette builds at the first
+    # call (the lifespan startup under a server): the overlap is refused there, before any
+    # request is answered
+    with pytest.raises(ConfigError, match=r"metrics_path '/metrics' is a path the app serves"):
+        AivitalsMiddleware(app, registry=CollectorRegistry())
+    free = "/aivitals/metrics"
+    wrapped = AivitalsMiddleware(app, registry=CollectorRegistry(), metrics_path=free)
+    async with await _client(wrapped) as client:
+        assert (await client.get("/metrics")).json() == "the app's own"
+        exposition = await client.get("/aivitals/metrics")
+    assert "http_request_duration_seconds" in exposition.text
+
+    # a route added after the middleware was built: the app's route wins, said loudly
+    late = fastapi_app(CollectorRegistry(), instrumented=False)
+    late_wrapped = AivitalsMiddleware(late, registry=CollectorRegistry())
+
+    @late.get("/metrics")
+    async def late_metrics() -> str:
+        return "added later"
+
+    with caplog.at_level(logging.ERROR, logger="aivitals.instrument"):
+        async with await _client(late_wrapped) as client:
+            assert (await client.get("/metrics")).json() == "added later"
+    assert any("is a path the app serves" in r.getMessage() for r in caplog.records)
+
+
+def test_metrics_path_and_raw_asgi_apps(caplog: pytest.LogCaptureFixture) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="a path the app serves"):
+        AivitalsMiddleware(app, registry=CollectorRegistry(), routes=["/metrics", "/v1/x"])
+    with caplog.at_level(logging.WARNING, logger="aivitals.instrument"):
+        AivitalsMiddleware(app, registry=CollectorRegistry())
+    assert any("cannot see the app's own routes" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aivitals.instrument"):
+        AivitalsMiddleware(app, registry=CollectorRegistry(), metrics_path=None)
+    assert not caplog.records  # nothing served, nothing shadowed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -33,6 +34,8 @@ from ._routes import UNMATCHED, RouteResolver, declared_routes
 from ._sinks import REQUEST_SINKS, notify
 
 __all__ = ["AivitalsMiddleware", "instrument"]
+
+_log = logging.getLogger("aivitals.instrument")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -352,6 +355,7 @@ class AivitalsMiddleware(_RouteTable):
         self._id_ok = re.compile(_ID_CHARS + b"{1,%d}\\Z" % cfg.max_request_id_length)
         #: the declared routes' series exist (at zero) once this is True; see _declare
         self._declared = False
+        self._check_metrics_path(starting=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self._special:
@@ -482,6 +486,7 @@ class AivitalsMiddleware(_RouteTable):
         request (routes are complete by then), never on the hot path.
         """
         self._declared = True
+        self._check_metrics_path(starting=False)
         if self._route_resolver is not None and not self.config.routes:
             return  # a custom resolver's labels cannot be known in advance
         try:
@@ -489,6 +494,37 @@ class AivitalsMiddleware(_RouteTable):
         except Exception:  # an app we cannot walk: its series appear with its requests
             return
         self._declare_pairs(pairs)
+
+    def _check_metrics_path(self, *, starting: bool) -> None:
+        """Never shadow a path the app serves: refuse at start, give way to a route added
+        later (the middleware answers its path before the app, so a silent overlap would
+        hide the framework's own exporter)."""
+        path = self._metrics_path
+        if path is None or self._metrics_app is None:
+            return
+        if not self._resolver.known:
+            if starting:
+                _log.warning(
+                    "aivitals answers %s in front of this ASGI app and cannot see the app's "
+                    "own routes: if the app serves %s itself, pass metrics_path= another path "
+                    "(or None); pass routes=[...] templates to have this checked",
+                    path,
+                    path,
+                )
+            return
+        route = self._resolver.serves(path)
+        if route is None or route == UNMATCHED:
+            return
+        message = (
+            f"metrics_path {path!r} is a path the app serves already (route {route!r}); "
+            f"pass metrics_path= a free path such as '/aivitals/metrics', or None to serve "
+            f"the exposition yourself (aivitals.instrument.metrics_app())"
+        )
+        if starting:
+            raise ConfigError(message)
+        self._metrics_app = None
+        self._special = self.config.exclude_paths
+        _log.error("%s; aivitals does not serve %s", message, path)
 
 
 _FAMILIES = (

@@ -61,6 +61,19 @@ class RouteResolver:
         self._cache[path] = template
         return template
 
+    @property
+    def known(self) -> bool:
+        """Whether the app's routes can be seen at all (a Starlette router, or templates)."""
+        return bool(self._templates) or self._routes is not None
+
+    def serves(self, path: str) -> str | None:
+        """The route template that answers ``path`` for any method, or None."""
+        scope = {"type": "http", "method": "GET", "path": path, "root_path": ""}
+        try:
+            return self._match(scope)
+        except Exception:  # a route class we do not understand: treated as not serving
+            return None
+
     def _match(self, scope: Mapping[str, Any]) -> str | None:
         if self._routes is not None:
             return _match_starlette(self._routes, dict(scope), "", 0)
