@@ -269,7 +269,7 @@ def calibrate_capacity(
     embeddings inputs (none a cache hit) in a closed loop at one per worker for
     ``seconds``. Returns ``workers``, ``embeddings_rps`` (inputs answered a second) and
     ``completion_s`` (a worker's time per validate completion: the SLA calibration's
-    median, else the nominal figure), the figures ``_severity.surge_factor`` sizes a
+    median, else the nominal figure), the figures the traffic surge's spec sizes a
     surge with. ``ServiceError`` when the service answers too few to measure."""
     from ._severity import DEMO_INFERENCE_S
 
