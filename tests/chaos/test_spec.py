@@ -52,15 +52,15 @@ def _knob(**kw: Any) -> Knob:
 
 
 def _spec(**kw: Any) -> FaultSpec:
-    base: dict[str, Any] = dict(
-        name="toy_fault",
-        layer="service",
-        description="a fault for the test",
-        alerts=("QueueBacklog",),
-        signature="traffic_surge",
-        needs=Needs("outside"),
-        grading=Grading(knob=lambda b: _knob(), measure=lambda w, b: 1.0),
-    )
+    base: dict[str, Any] = {
+        "name": "toy_fault",
+        "layer": "service",
+        "description": "a fault for the test",
+        "alerts": ("QueueBacklog",),
+        "signature": "traffic_surge",
+        "needs": Needs("outside"),
+        "grading": Grading(knob=lambda b: _knob(), measure=lambda w, b: 1.0),
+    }
     return FaultSpec(**{**base, **kw})
 
 
@@ -148,9 +148,9 @@ def test_a_consequence_without_a_reason_is_refused(reason: object) -> None:
 
 
 def test_incoherent_specs_are_refused() -> None:
-    with pytest.raises(ConfigError, match="either the signature .* or the suspects"):
+    with pytest.raises(ConfigError, match=r"either the signature .* or the suspects"):
         _spec(suspects=("service_process_threads",))
-    with pytest.raises(ConfigError, match="either the signature .* or the suspects"):
+    with pytest.raises(ConfigError, match=r"either the signature .* or the suspects"):
         _spec(signature=None)
     with pytest.raises(ConfigError, match="layer 'gpu' is not one of"):
         _spec(layer="gpu")
