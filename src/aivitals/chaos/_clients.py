@@ -15,7 +15,18 @@ from typing import Any
 from ..errors import ConfigError
 from ..load import RequestSpec, completions_request, embeddings_request, make_prompt
 from ._fault import Fault, FaultContext, FaultEffect, Touch
-from ._spec import FaultSpec, Grading, Knob, Needs, PhaseWindow, Runs, SweepBasis, peak, up
+from ._spec import (
+    FaultSpec,
+    Grading,
+    Knob,
+    Needs,
+    PhaseWindow,
+    Runs,
+    SweepBasis,
+    no_data,
+    peak,
+    up,
+)
 
 __all__ = ["MalformedInputs", "OverlongInputs", "TrafficSurge", "client_load"]
 
@@ -250,7 +261,7 @@ def _surge_measure(w: PhaseWindow, b: SweepBasis) -> float | str:
     embeddings = w.end(arrived.format("embeddings"))
     hits = w.end('sum(rate(cache_requests_total{cache="embeddings",result="hit"}[W]))')
     if not completions or not embeddings:
-        return peak([], "http_request_duration_seconds_count")
+        return no_data("http_request_duration_seconds_count")
     fresh = max(0.0, embeddings[0] - (hits[0] if hits else 0.0))
     return (completions[0] * per_completion + fresh * per_embedding) / workers
 

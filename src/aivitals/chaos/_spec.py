@@ -196,8 +196,9 @@ class Grading:
     not collect it, and ``unmeasured`` says why); ``indirect`` says why a measured value
     is reported, not judged. The rest change one step of the generic machinery:
     ``asked`` the magnitude a case asked (default: ``magnitude``, or the bound of a
-    fault with one magnitude), ``at`` a severity's parameters (default: the knob's
-    values over today's), ``full_after`` the seconds until a fault at these parameters
+    fault with one magnitude), ``at`` a severity's parameters sized against the
+    basis's worker pool, which a run measures first (default: the knob's values over
+    today's, fixed before the run), ``full_after`` the seconds until a fault at these parameters
     reaches what bounds it (a leak's device or cap), ``beyond_reach`` the expected
     alerts a phase of ``fault_s`` cannot make fire, ``shown`` the parameters the
     severity table shows (default: the knob's).

@@ -258,8 +258,13 @@ CAPACITY_S = 5.0
 
 
 def _sized_at_run_time(c: Case) -> bool:
-    """A case whose fault is sized against the capacity a run measures: a graded surge."""
-    return c.severity in ("threshold", "moderate") and "traffic_surge" in c.faults
+    """A case whose fault is sized against the capacity a run measures: a graded fault
+    whose spec computes a severity's parameters itself (``Grading.at``: a surge)."""
+    from ..chaos import FAULT_SPECS
+
+    return c.severity in ("threshold", "moderate") and any(
+        FAULT_SPECS[f].grading.at is not None for f in c.faults
+    )
 
 
 def calibrate_capacity(
