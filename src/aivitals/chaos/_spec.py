@@ -237,7 +237,8 @@ class FaultSpec:
                          description="host CPU saturated", alerts=("HostCPUSaturated",),
                          signature="cpu_burn", needs=Needs("host"),
                          grading=Grading(knob=lambda b: Knob(param=None, unit="busy share",
-                                                               bound=0.9, source="...")))
+                                                               bound=0.9, source="..."),
+                                         unmeasured="the example measures nothing"))
     """
 
     name: str
