@@ -174,9 +174,9 @@ def test_in_process_fault_errors(runner_factory) -> None:  # type: ignore[no-unt
     with tiny_server() as srv:
         ctx = FaultContext(target=srv.url, chaos_token=srv.chaos_token)
         with runner_factory(ctx) as runner:
-            from aivitals.chaos._inproc import _inproc
+            from aivitals.chaos._inproc import COLD_START, _inproc
 
-            bad = _inproc("cold_start", "bad_params")(duration=5)
+            bad = _inproc("cold_start", "bad_params", COLD_START)(duration=5)
             with pytest.raises(ConfigError, match="refused the params"):
                 runner.start(bad)
             # The refused start still sent its revert.

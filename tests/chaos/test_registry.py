@@ -245,17 +245,3 @@ def test_every_allowed_consequence_states_its_mechanism() -> None:
             assert reason.strip() and "\n" not in reason, (info.name, alert)
     # the count the severity sweep's RESULT line prints as consequences=N
     assert sum(len(i.consequences) for i in FAULT_TABLE.values()) == 39
-
-
-@pytest.mark.parametrize("reason", ["", "   ", "two\nlines", None])
-def test_a_consequence_without_a_reason_is_refused_when_the_table_loads(reason: object) -> None:
-    from aivitals.chaos._table import build_table
-
-    rows = [("traffic_surge", "service", ("QueueBacklog",), "a burst of requests")]
-    ok = build_table(rows, {"traffic_surge": {"QueueWaitHigh": "the queue fills, so waits grow"}})
-    assert ok["traffic_surge"].consequences == ("QueueWaitHigh",)
-    assert ok["traffic_surge"].reasons["QueueWaitHigh"].startswith("the queue fills")
-    with pytest.raises(ConfigError, match=r"consequence 'QueueWaitHigh' of 'traffic_surge'"):
-        build_table(rows, {"traffic_surge": {"QueueWaitHigh": reason}})  # type: ignore[dict-item]
-    with pytest.raises(ConfigError, match=r"consequences of 'nope', which has no row"):
-        build_table(rows, {"nope": {"QueueWaitHigh": "a reason"}})

@@ -30,7 +30,6 @@ from aivitals.validate._severity import (
     severity_params,
     severity_table,
     summarize_sweep,
-    surge_load,
 )
 from tests._paths import load_script
 
@@ -161,7 +160,7 @@ def test_a_surge_on_a_larger_pool_is_still_severe_past_moderate() -> None:
     params = [
         severity_params("traffic_surge", sev, quick=False, capacity=big) for sev in SEVERITIES
     ]
-    loads = [surge_load(float(p["factor"]), big) for p in params]
+    loads = [magnitude("traffic_surge", p, big) for p in params]
     assert loads[0] <= loads[1] <= loads[2], loads
     assert params[2]["factor"] > 10
     # on the nominal pool it is today's

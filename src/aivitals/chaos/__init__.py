@@ -1,5 +1,9 @@
 """aivitals.chaos: real faults with a bounded duration and a guaranteed revert.
 
+Each fault is a ``Fault`` class and its ``FaultSpec`` in the module that implements
+it; the fault table (``FAULT_TABLE``) and validate's scenarios and severity knobs are
+read from the specs (``FAULT_SPECS``).
+
 Every fault touches only what its run created (loopback, its own network
 namespaces and nftables tables, its own temp files and processes) and writes
 each resource to the run's journal before creating it, so a crashed runner is
@@ -22,14 +26,28 @@ from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, defa
 from ._net import FAULT_NETNS_GLOB
 from ._procs import RUN_ENV, kill_tree, same_process, start_time
 from ._redis import keeps_title
-from ._registry import FAULTS, get_fault
+from ._registry import FAULT_SPECS, FAULT_TABLE, FAULTS, get_fault
 from ._runner import ActiveFault, ChaosRunner, interrupt_on_signals
-from ._table import FAULT_TABLE, FaultInfo
+from ._spec import (
+    FaultSpec,
+    Grading,
+    Knob,
+    Measured,
+    NeedKind,
+    Needs,
+    PhaseWindow,
+    Runs,
+    SweepBasis,
+    check_grading,
+    check_spec,
+)
+from ._table import FaultInfo
 
 __all__ = [
     "DEFAULT_MAX_DURATION",
     "FAULTS",
     "FAULT_NETNS_GLOB",
+    "FAULT_SPECS",
     "FAULT_TABLE",
     "RUN_ENV",
     "ActiveFault",
@@ -39,11 +57,22 @@ __all__ = [
     "FaultContext",
     "FaultEffect",
     "FaultInfo",
+    "FaultSpec",
+    "Grading",
     "Journal",
+    "Knob",
+    "Measured",
+    "NeedKind",
+    "Needs",
     "Param",
+    "PhaseWindow",
     "Replacement",
     "RunDir",
+    "Runs",
+    "SweepBasis",
     "Touch",
+    "check_grading",
+    "check_spec",
     "cleanup",
     "default_root",
     "get_fault",

@@ -9,11 +9,24 @@ from __future__ import annotations
 import base64
 import json
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
 from ..load import RequestSpec, completions_request, embeddings_request, make_prompt
 from ._fault import Fault, FaultContext, FaultEffect, Touch
+from ._spec import (
+    FaultSpec,
+    Grading,
+    Knob,
+    Needs,
+    PhaseWindow,
+    Runs,
+    SweepBasis,
+    no_data,
+    peak,
+    up,
+)
 
 __all__ = ["MalformedInputs", "OverlongInputs", "TrafficSurge", "client_load"]
 
@@ -69,10 +82,54 @@ _CLIENT = Touch(
 )
 
 
+# -- bad inputs: InputRejectionsHigh, the refused share of all requests per reason -------
+def _rejections(per_reason: float, why: str) -> Grading:
+    def knob(b: SweepBasis) -> Knob:
+        share, rate = b.pack.input_rejection_ratio, b.request_rate
+        # per_reason * r / (r + rate) = share  ->  r = share * rate / (per_reason - share)
+        return Knob(
+            param="rate",
+            unit="share of requests refused (one reason)",
+            bound=share,
+            source=f"InputRejectionsHigh input_rejection_ratio {share:g}; {rate:g} other "
+            f"requests/s; {why}",
+            threshold={"rate": up(share * rate / (per_reason - share), 0.01)},
+            moderate={"rate": up(2 * share * rate / (per_reason - 2 * share), 0.01)},
+        )
+
+    def magnitude(p: Mapping[str, Any], b: SweepBasis) -> float:
+        r = float(p["rate"])
+        return per_reason * r / (r + b.request_rate)
+
+    def measure(w: PhaseWindow, b: SweepBasis) -> float | str:
+        return peak(
+            w.end(
+                "max(sum by (reason) (increase(input_rejections_total[W]))) "
+                "/ sum(increase(http_request_duration_seconds_count[W]))"
+            ),
+            "input_rejections_total",
+        )
+
+    return Grading(knob=knob, magnitude=magnitude, measure=measure)
+
+
+OVERLONG_INPUTS = FaultSpec(
+    name="overlong_inputs",
+    layer="business",
+    description="one client sends 100,000-character inputs",
+    alerts=("InputRejectionsHigh",),
+    signature="overlong_inputs",
+    needs=Needs("outside"),
+    runs=Runs(error_codes=("INPUT_TOO_LARGE",)),
+    grading=_rejections(1.0, "every request refused as too large"),
+)
+
+
 class OverlongInputs(Fault):
     """One client sending ``chars``-character inputs to ``/v1/embeddings``."""
 
     name = "overlong_inputs"
+    spec = OVERLONG_INPUTS
     params = {"chars": (100_000, 1_000, 10_000_000), "rate": (5, 0.1, 1000)}
     touches = (_CLIENT,)
 
@@ -98,16 +155,145 @@ MALFORMED_BODIES: tuple[bytes, ...] = (
 )
 
 
+#: Of the five bodies, two are refused for the same reason, control characters (one as
+#: JSON escapes, one raw); the others as invalid UTF-8, broken JSON or full-width text.
+#: InputRejectionsHigh is per reason.
+MALFORMED_TOP_REASON_SHARE = 2 / 5
+
+MALFORMED_INPUTS = FaultSpec(
+    name="malformed_inputs",
+    layer="business",
+    description="one client sends control characters and invalid UTF-8",
+    alerts=("InputRejectionsHigh",),
+    signature="malformed_inputs",
+    needs=Needs("outside"),
+    runs=Runs(error_codes=("INPUT_CONTROL_CHARS", "INPUT_INVALID_UTF8")),
+    grading=_rejections(
+        MALFORMED_TOP_REASON_SHARE, f"{MALFORMED_TOP_REASON_SHARE:g} of them for the same reason"
+    ),
+)
+
+
 class MalformedInputs(Fault):
     """One client sending control characters, invalid UTF-8 and broken JSON."""
 
     name = "malformed_inputs"
+    spec = MALFORMED_INPUTS
     params = {"rate": (10, 0.1, 1000)}
     touches = (_CLIENT,)
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         pid = client_load(self, ctx, [_raw(b) for b in MALFORMED_BODIES], rate=self.values["rate"])
         return FaultEffect(client_url=ctx.target, details={"pid": pid})
+
+
+# -- traffic_surge -----------------------------------------------------------------------
+# Its expected alerts (QueueBacklog, HTTP429RateHigh) judge the load against the service's
+# capacity, not against the rate before it. Past capacity the queue fills, and once it is
+# full the share refused is 1 - 1/load: HTTP429RateHigh's http_429_ratio is just crossed
+# at load 1 / (1 - ratio). The surge's fresh embeddings inputs are sized against the
+# worker pool's capacity the run measures (``SweepBasis.pool``); the knob, before a run,
+# against the nominal one.
+def surge_load(factor: float, b: SweepBasis) -> float:
+    """The load a surge of ``factor`` offers the worker pool, as a multiple of its
+    capacity: validate's completions and the surge's fresh embeddings (validate's own
+    embeddings are cache hits and cost the pool nothing)."""
+    workers, per_embedding, per_completion = b.pool
+    work = b.completions_rate * per_completion + factor * b.base_rate * per_embedding
+    return work / workers
+
+
+def surge_factor(load: float, b: SweepBasis) -> float:
+    """The surge factor that offers ``load`` (x capacity), rounded up to the fault's
+    0.1 step, at least its smallest (the inverse of ``surge_load``)."""
+    workers, per_embedding, per_completion = b.pool
+    room = load * workers - b.completions_rate * per_completion
+    factor = room / (b.base_rate * per_embedding)
+    return max(_smallest_surge(), up(factor, 0.1))
+
+
+def _smallest_surge() -> float:
+    return float(TrafficSurge.params["factor"][1])
+
+
+def _surge_limit(b: SweepBasis) -> float:
+    return 1.0 / (1.0 - b.pack.http_429_ratio)
+
+
+def _surge_knob(b: SweepBasis) -> Knob:
+    limit, ratio = _surge_limit(b), b.pack.http_429_ratio
+    return Knob(
+        param="factor",
+        unit="offered load on the worker pool (x its measured capacity)",
+        bound=limit,
+        source=f"HTTP429RateHigh http_429_ratio {ratio:g}: past the pool's capacity "
+        f"QueueBacklog's queue fills, then 1/(1 - {ratio:g}) = {limit:.3f} x capacity "
+        f"refuses that share; the fault adds factor x {b.base_rate:g} fresh embeddings/s "
+        f"to validate's {b.request_rate:g} requests/s",
+        threshold={"factor": surge_factor(limit, b)},
+        moderate={"factor": surge_factor(2 * limit, b)},
+        note=f"sized at run time against the pool's measured capacity (here the nominal "
+        f"{b.nominal_embeddings_rps:g} embeddings/s); the fault's smallest surge is "
+        f"factor {_smallest_surge():g}",
+    )
+
+
+def _surge_at(severity: str, today: Mapping[str, Any], b: SweepBasis) -> dict[str, Any]:
+    """A surge at ``severity`` against the pool of ``b``: the load of the threshold,
+    twice it, and today's factor unless a larger pool makes that less than moderate's
+    load (then twice moderate's)."""
+    limit, factor = _surge_limit(b), float(today["factor"])
+    if severity == "threshold":
+        factor = surge_factor(limit, b)
+    elif severity == "moderate":
+        factor = surge_factor(2 * limit, b)
+    elif surge_load(factor, b) < surge_load(surge_factor(2 * limit, b), b):
+        factor = surge_factor(4 * limit, b)
+    return {**today, "factor": factor}
+
+
+def _surge_measure(w: PhaseWindow, b: SweepBasis) -> float | str:
+    """The load offered to the worker pool over the phase (x its capacity): the requests
+    that arrived, answered or refused, less the embeddings the cache answered."""
+    workers, per_embedding, per_completion = b.pool
+    arrived = 'sum(rate(http_request_duration_seconds_count{{route="/v1/{}"}}[W]))'
+    completions = w.end(arrived.format("completions"))
+    embeddings = w.end(arrived.format("embeddings"))
+    hits = w.end('sum(rate(cache_requests_total{cache="embeddings",result="hit"}[W]))')
+    if not completions or not embeddings:
+        return no_data("http_request_duration_seconds_count")
+    fresh = max(0.0, embeddings[0] - (hits[0] if hits else 0.0))
+    return (completions[0] * per_completion + fresh * per_embedding) / workers
+
+
+TRAFFIC_SURGE = FaultSpec(
+    name="traffic_surge",
+    layer="service",
+    description="a burst of requests at N times the normal rate",
+    alerts=("QueueBacklog", "HTTP429RateHigh"),
+    signature="traffic_surge",
+    hurts_clients=True,  # the normal clients queue behind the burst or get 429
+    consequences={
+        "QueueWaitHigh": "a surge past the pool's capacity fills the queue in front of the "
+        "workers, and requests wait in it",
+        "WorkerPoolSaturated": "a surge past the pool's capacity keeps every worker busy",
+        "GPUUtilizationHigh": "a saturated pool keeps the model computing all the time, and "
+        "the device busy",
+        "CacheHitRatioDrop": "the surge's distinct inputs all miss, and the 429s it causes "
+        "refuse validate's repeated inputs, so hits fall along with the ratio",
+        # a GPU engine batches a surge into larger, slower batches
+        "InferenceLatencyHigh": "the CPU-run model shares its process (the GIL) and the "
+        "cores with the surge's HTTP work, so each inference takes longer",
+    },
+    needs=Needs("outside"),
+    runs=Runs(params={"factor": 10}, quick_params={"factor": 20}, quick_fault_max=40.0),
+    grading=Grading(
+        knob=_surge_knob,
+        magnitude=lambda p, b: surge_load(float(p["factor"]), b),
+        measure=_surge_measure,
+        at=_surge_at,
+    ),
+)
 
 
 class TrafficSurge(Fault):
@@ -122,6 +308,7 @@ class TrafficSurge(Fault):
     """
 
     name = "traffic_surge"
+    spec = TRAFFIC_SURGE
     params = {"factor": (5, 1.1, 1000), "completions": (0, 0, 1), "distinct": (0, 0, 100_000)}
     choices = {"completions": (0, 1)}
     touches = (

@@ -16,7 +16,8 @@ from ..errors import ConfigError, FaultError, FaultRefused
 from ..load import check_target, split_url
 from ._journal import Entry, Journal, Replacement, RunDir, revert_entry
 from ._procs import python_helper, spawn, start_time
-from ._table import FAULT_TABLE, FaultInfo
+from ._spec import FaultSpec
+from ._table import FaultInfo
 
 __all__ = ["DEFAULT_MAX_DURATION", "Fault", "FaultContext", "FaultEffect", "Param", "Touch"]
 
@@ -125,6 +126,9 @@ class Fault(abc.ABC):
     """
 
     name: ClassVar[str]
+    #: everything else aivitals knows about the fault (``_spec``); the registry lists
+    #: the classes that have one
+    spec: ClassVar[FaultSpec]
     params: ClassVar[dict[str, Param]] = {}
     #: Parameters whose values select a different mechanism (each value listed).
     choices: ClassVar[dict[str, tuple[int, ...]]] = {}
@@ -160,7 +164,7 @@ class Fault(abc.ABC):
     # -- the table row ------------------------------------------------------------
     @classmethod
     def info(cls) -> FaultInfo:
-        return FAULT_TABLE[cls.name]
+        return FaultInfo.of(cls.spec)
 
     @property
     def layer(self) -> str:

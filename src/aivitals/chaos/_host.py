@@ -8,10 +8,24 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..errors import FaultRefused
 from ._fault import Fault, FaultContext, FaultEffect, Touch
+from ._spec import (
+    FaultSpec,
+    Grading,
+    Knob,
+    Needs,
+    PhaseWindow,
+    Runs,
+    SweepBasis,
+    capped,
+    peak,
+    up,
+)
 
 __all__ = ["ConnectionFlood", "CpuBurn", "DiskFill", "DiskIOSaturation"]
 
@@ -21,6 +35,63 @@ _MIB = 1 << 20
 _KEEP_FREE = 1 << 30
 
 
+# -- cpu_burn ----------------------------------------------------------------------------
+def _cpu_knob(b: SweepBasis) -> Knob:
+    # HostCPUSaturated, busy share over cpu_busy_ratio; demand = workers x load.
+    busy = b.pack.cpu_busy_ratio
+    return Knob(
+        param="load",
+        unit="share of the host's CPU time busy (the burner asks workers x load)",
+        bound=busy,
+        source=f"HostCPUSaturated cpu_busy_ratio {busy:g}; {b.cpus} CPUs",
+        threshold={"workers": 0, "load": up(100 * busy, 1)},
+        # twice the demand: twice the workers at the same load (a busy share cannot
+        # pass 100 %, a run queue can)
+        moderate={"workers": 2 * b.cpus, "load": up(100 * busy, 1)},
+        note="today's value (every CPU at 100 %) is 1.1 x the threshold, under moderate's "
+        "demand: severe is twice moderate's",
+        severe={"workers": 4 * b.cpus, "load": up(100 * busy, 1)},
+    )
+
+
+def _cpu_demand(p: Mapping[str, Any], b: SweepBasis) -> float:
+    workers = int(p["workers"]) or b.cpus
+    return workers * float(p["load"]) / 100.0 / b.cpus
+
+
+CPU_BURN = FaultSpec(
+    name="cpu_burn",
+    layer="infrastructure",
+    description="host CPU saturated by another workload (stress-ng or Python)",
+    alerts=("HostCPUSaturated",),
+    signature="cpu_burn",
+    # The demo's model runs on the CPU, so work that would load a GPU loads the host's CPU.
+    consequences={
+        "GPUUtilizationLow": "the burn slows every request past twice the SLA while the "
+        "demo's device stays under its low-utilization bound",
+        # a GPU-bound model would not slow
+        "InferenceLatencyHigh": "the demo's model runs on the CPU the burn takes, so each "
+        "inference gets a share of the cores and takes longer",
+    },
+    needs=Needs("host"),
+    grading=Grading(
+        knob=_cpu_knob,
+        magnitude=_cpu_demand,
+        # HostCPUSaturated's left side over the phase
+        measure=lambda w, b: peak(
+            w.end(
+                "max(1 - sum without (mode) "
+                '(rate(host_cpu_seconds_total{mode=~"idle|iowait"}[W])) / sum without (mode) '
+                '(rate(host_cpu_seconds_total{mode!~"guest|guest_nice"}[W])))'
+            ),
+            "host_cpu_seconds_total",
+        ),
+        asked=lambda p, t, b: min(1.0, _cpu_demand(p, b)),  # a busy share cannot pass 100 %
+        shown=("workers", "load"),
+    ),
+)
+
+
 class CpuBurn(Fault):
     """Busy CPU workers: stress-ng when installed, Python processes otherwise.
 
@@ -28,6 +99,7 @@ class CpuBurn(Fault):
     """
 
     name = "cpu_burn"
+    spec = CPU_BURN
     params = {"workers": (0, 0, 256), "load": (100, 1, 100)}
     touches = (
         Touch(
@@ -77,11 +149,46 @@ def _fio_engine(fio: str) -> list[str]:
     return ["--ioengine=psync"]
 
 
+# -- disk_io_saturation ------------------------------------------------------------------
+DISK_IO_SATURATION = FaultSpec(
+    name="disk_io_saturation",
+    layer="infrastructure",
+    description="heavy direct writes saturate the disk (fio or Python), bounded size",
+    alerts=("DiskSaturated",),
+    signature="disk_io_saturation",
+    consequences={
+        # on a VM system time rises 0.03 -> 0.13-0.19 CPU-s/s and steal 0.01 -> 0.1-0.4
+        # while the disk is saturated; a GPU-bound model would not slow
+        "InferenceLatencyHigh": "the writer's direct I/O costs guest CPU time (system and "
+        "steal) that the CPU-run model shares",
+    },
+    needs=Needs("host"),
+    runs=Runs(quick_params={"size_mib": 1024, "jobs": 4}),
+    grading=Grading(
+        knob=lambda b: Knob(
+            param=None,
+            unit="busy share of the disk",
+            bound=b.pack.disk_util_ratio,
+            source=f"DiskSaturated disk_util_ratio {b.pack.disk_util_ratio:g} "
+            "(DOMAIN: %util > 95 %)",
+            note="one magnitude: fio writes flat out (one job already keeps the disk busy); "
+            "jobs and size change the queue, not the busy share",
+        ),
+        # DiskSaturated's left side: a busy share cannot pass 100 % (io_ticks jumps can)
+        measure=lambda w, b: peak(
+            w.end("max(clamp_max(rate(host_disk_io_time_seconds_total[W]), 1))"),
+            "host_disk_io_time_seconds_total",
+        ),
+    ),
+)
+
+
 class DiskIOSaturation(Fault):
     """Direct writes in a temp dir of the run: fio when installed, Python
     writes + fsync otherwise. The file never grows past ``size_mib``."""
 
     name = "disk_io_saturation"
+    spec = DISK_IO_SATURATION
     params = {"size_mib": (256, 1, 8192), "jobs": (2, 1, 16)}
     touches = (
         Touch(
@@ -133,6 +240,38 @@ class DiskIOSaturation(Fault):
         )
 
 
+# -- disk_fill ---------------------------------------------------------------------------
+DISK_FILL = FaultSpec(
+    name="disk_fill",
+    layer="infrastructure",
+    description="a log volume fills the disk: log files grow at 4 MiB/s (fsynced appends) "
+    "to a bound (256 MiB) in a temp dir of the run. No alert: the collectors export no "
+    "filesystem free space, and DiskSaturated needs the disk busy most of the time, which "
+    "a log's pace of writes is not",
+    alerts=(),
+    # no signature knows it: the host collector's /proc/diskstats counters, the writes
+    # and the time they took
+    suspects=(
+        "host_disk_writes_completed_total",
+        "host_disk_write_time_seconds_total",
+        "host_disk_io_time_seconds_total",
+    ),
+    needs=Needs("host"),
+    # the generic ranking needs a baseline with a spread (see slow_dependency's)
+    runs=Runs(quick_baseline=20.0),
+    grading=Grading(
+        knob=lambda b: Knob(
+            param=None,
+            unit="MiB/s written",
+            bound=None,
+            source="no threshold: no alert and no signature knows this fault",
+            note="today's values at every severity",
+        ),
+        unmeasured="the agent collects disk operations and busy time, not bytes written",
+    ),
+)
+
+
 class DiskFill(Fault):
     """A log volume filling the disk: log files grow at ``mib_per_s`` in a temp dir
     of the run until ``max_mib`` are written (fsynced appends, as a logger that must
@@ -144,6 +283,7 @@ class DiskFill(Fault):
     """
 
     name = "disk_fill"
+    spec = DISK_FILL
     params = {"mib_per_s": (4, 0.1, 256), "max_mib": (256, 1, 16384)}
     touches = (
         Touch(
@@ -181,12 +321,59 @@ class DiskFill(Fault):
         )
 
 
+# -- connection_flood --------------------------------------------------------------------
+def _flood_knob(b: SweepBasis) -> Knob:
+    # FdsNearLimit, open fds over fd_ratio of the service's limit.
+    ratio, limit = b.pack.fd_ratio, b.fd_limit
+    return Knob(
+        param="connections",
+        unit="share of the service's fd limit",
+        bound=ratio,
+        source=f"FdsNearLimit fd_ratio {ratio:g} of the stack's {limit:g} fds",
+        threshold={"connections": up(ratio * limit, 1)},
+        moderate={"connections": capped(up(ratio * limit, 1), 2 * ratio * limit, limit, 1)},
+        note="capped: a share of the fd limit cannot pass 1, so severe is the limit and "
+        "moderate halfway to it; the service's own fds come on top",
+        severe={"connections": limit},
+    )
+
+
+def _flood_measure(w: PhaseWindow, b: SweepBasis) -> float | str:
+    return peak(
+        w.over("max(service_process_open_fds / service_process_max_fds)"),
+        "service_process_open_fds",
+    )
+
+
+CONNECTION_FLOOD = FaultSpec(
+    name="connection_flood",
+    layer="service",
+    description="2,000 idle keep-alive connections held open to the service",
+    alerts=("FdsNearLimit",),
+    signature="connection_flood",
+    consequences={
+        # uvicorn's keep-alive timeout is 5 s, and the flood reopens each connection
+        "InferenceLatencyHigh": "2,000 connections reopened every few seconds with a "
+        "request each load the service's loop, which shares the GIL and the cores with "
+        "the CPU-run model",
+    },
+    needs=Needs("outside"),
+    runs=Runs(quick_params={"connections": 2000}, quick_fault_max=40.0),
+    grading=Grading(
+        knob=_flood_knob,
+        magnitude=lambda p, b: min(1.0, float(p["connections"]) / b.fd_limit),
+        measure=_flood_measure,
+    ),
+)
+
+
 class ConnectionFlood(Fault):
     """``connections`` idle keep-alive connections held open to the service
     (each sends one ``GET path`` first), reopened when the server closes them. They
     open over 5 s and reopen after a random 0.1-0.5 s, out of step like a real pool's."""
 
     name = "connection_flood"
+    spec = CONNECTION_FLOOD
     params = {"connections": (2000, 1, 20000)}
     touches = (
         Touch(

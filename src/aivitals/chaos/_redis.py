@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from ..errors import FaultError, FaultRefused
 from ._fault import Fault, FaultContext, FaultEffect, Touch
 from ._journal import RunDir
 from ._procs import kill_tree, start_time
+from ._spec import FaultSpec, Grading, Knob, Needs, PhaseWindow, Runs, SweepBasis, down, peak
 
 __all__ = ["CacheStampede", "RedisDown", "keeps_title", "redis_command"]
 
@@ -48,6 +51,43 @@ def _nft(ruleset: str) -> None:
         raise FaultError(f"nft: {r.stderr.strip()}")
 
 
+def _redis_server() -> str | None:
+    """Why this machine cannot host a Redis fault (the stack starts its own), or None."""
+    return (
+        None
+        if shutil.which("redis-server")
+        else "needs redis-server (apt-get install redis-server)"
+    )
+
+
+# -- redis_down --------------------------------------------------------------------------
+REDIS_DOWN = FaultSpec(
+    name="redis_down",
+    layer="infrastructure",
+    description="the service's Redis cache is unreachable",
+    alerts=("DependencyDown", "CacheErrorsHigh"),
+    signature="redis_down",
+    needs=Needs("redis", _redis_server),
+    runs=Runs(error_codes=("DEPENDENCY_DOWN",)),
+    grading=Grading(
+        knob=lambda b: Knob(
+            param=None,
+            unit="share of cache lookups failing",
+            bound=b.pack.cache_error_ratio,
+            source=f"CacheErrorsHigh cache_error_ratio {b.pack.cache_error_ratio:g}",
+            note="one magnitude: the cache answers or not (method 1, a kill, is the same outage)",
+        ),
+        measure=lambda w, b: peak(
+            w.end(
+                'sum(increase(cache_requests_total{result="error"}[W])) '
+                "/ sum(increase(cache_requests_total[W]))"
+            ),
+            "cache_requests_total",
+        ),
+    ),
+)
+
+
 class RedisDown(Fault):
     """The service's Redis becomes unreachable.
 
@@ -65,6 +105,7 @@ class RedisDown(Fault):
     """
 
     name = "redis_down"
+    spec = REDIS_DOWN
     params = {"method": (0, 0, 1)}
     choices = {"method": (0, 1)}
     touches = (
@@ -183,6 +224,63 @@ def expire_all(port: int, ttl_ms: int, *, max_keys: int = 1_000_000) -> int:
     return done
 
 
+# -- cache_stampede ----------------------------------------------------------------------
+def _stampede_knob(b: SweepBasis) -> Knob:
+    # CacheHitRatioDrop, the hit ratio under (1 - cache_hit_drop) of its best.
+    drop, pool, emb = b.pack.cache_hit_drop, b.embeddings_pool, b.embeddings_rate
+    return Knob(
+        param="interval",
+        unit="drop of the hit ratio (share of its warm level)",
+        bound=drop,
+        source=f"CacheHitRatioDrop cache_hit_drop {drop:g}; validate cycles {pool} "
+        f"embeddings inputs at {emb:g}/s",
+        # drop = pool / (emb * interval): the longest interval that still drops
+        threshold={"interval": down(pool / (emb * drop), 0.5)},
+        moderate={"interval": down(pool / (emb * min(1.0, 2 * drop)), 0.5)},
+        note="moderate: a drop of 100 % (every lookup between flushes misses)",
+    )
+
+
+def _stampede_drop(p: Mapping[str, Any], b: SweepBasis) -> float:
+    """Drop of the embeddings cache's hit ratio (share of its warm level) when every
+    key is flushed each ``interval`` s: validate cycles its pool of inputs, so after
+    each flush the next min(pool, rate*interval) lookups miss."""
+    lookups = b.embeddings_rate * float(p["interval"])
+    return min(1.0, b.embeddings_pool / lookups) if lookups > 0 else 1.0
+
+
+def _stampede_measure(w: PhaseWindow, b: SweepBasis) -> float | str:
+    expr = (
+        'sum by (cache) (increase(cache_requests_total{result="hit"}[W])) '
+        '/ sum by (cache) (increase(cache_requests_total{result=~"hit|miss"}[W]))'
+    )
+    during = {s.get("cache", ""): v for s, v in w.at(expr, w.t_end)}
+    before = {s.get("cache", ""): v for s, v in w.start(expr)}
+    # the caches that were warm (CacheHitRatioDrop's cache_hit_baseline_ratio)
+    warm = {c: v for c, v in before.items() if v >= b.pack.cache_hit_baseline_ratio}
+    drops = [1.0 - during[c] / v for c, v in warm.items() if c in during]
+    if not drops:
+        return "no warm cache (hit ratio over its baseline bound) before the fault"
+    return max(drops)
+
+
+CACHE_STAMPEDE = FaultSpec(
+    name="cache_stampede",
+    layer="service",
+    description="every key of the service's Redis cache expires at once, repeatedly",
+    alerts=("CacheHitRatioDrop",),
+    signature="cache_stampede",
+    needs=Needs("redis", _redis_server),
+    runs=Runs(
+        quick_params={"interval": 1},
+        # CacheHitRatioDrop compares with the best hit ratio of the last
+        # baseline_window (30 s in quick runs): the warm cache must be seen first
+        quick_baseline=35.0,
+    ),
+    grading=Grading(knob=_stampede_knob, magnitude=_stampede_drop, measure=_stampede_measure),
+)
+
+
 class CacheStampede(Fault):
     """Every key of the service's Redis expires at the same moment, again every
     ``interval`` seconds while the load goes on.
@@ -193,6 +291,7 @@ class CacheStampede(Fault):
     """
 
     name = "cache_stampede"
+    spec = CACHE_STAMPEDE
     params = {"interval": (5, 0.5, 3600), "method": (0, 0, 1), "ttl_ms": (500, 1, 3_600_000)}
     choices = {"method": (0, 1)}
     touches = (

@@ -258,8 +258,13 @@ CAPACITY_S = 5.0
 
 
 def _sized_at_run_time(c: Case) -> bool:
-    """A case whose fault is sized against the capacity a run measures: a graded surge."""
-    return c.severity in ("threshold", "moderate") and "traffic_surge" in c.faults
+    """A case whose fault is sized against the capacity a run measures: a graded fault
+    whose spec computes a severity's parameters itself (``Grading.at``: a surge)."""
+    from ..chaos import FAULT_SPECS
+
+    return c.severity in ("threshold", "moderate") and any(
+        FAULT_SPECS[f].grading.at is not None for f in c.faults
+    )
 
 
 def calibrate_capacity(
@@ -269,7 +274,7 @@ def calibrate_capacity(
     embeddings inputs (none a cache hit) in a closed loop at one per worker for
     ``seconds``. Returns ``workers``, ``embeddings_rps`` (inputs answered a second) and
     ``completion_s`` (a worker's time per validate completion: the SLA calibration's
-    median, else the nominal figure), the figures ``_severity.surge_factor`` sizes a
+    median, else the nominal figure), the figures the traffic surge's spec sizes a
     surge with. ``ServiceError`` when the service answers too few to measure."""
     from ._severity import DEMO_INFERENCE_S
 

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+from ..chaos import FAULT_SPECS, FaultSpec, Knob, SweepBasis, check_grading
 from ..errors import ConfigError
 from ._report import Check
 from ._target import ValidateTarget
@@ -59,8 +59,6 @@ __all__ = [
     "severity_params",
     "severity_table",
     "summarize_sweep",
-    "surge_factor",
-    "surge_load",
 ]
 
 #: the severities of a graded fault, weakest first
@@ -72,8 +70,6 @@ SINGLE = "single"
 #: close to the one asked: validate's load is a few Poisson requests a second, so a
 #: rate measured over a 10-60 s fault phase carries noise of about this size.
 TOLERANCE = 0.1
-
-_MIB = float(1 << 20)
 
 
 # -- what the derivations stand on -------------------------------------------------------
@@ -112,78 +108,6 @@ def _signature_param(signature: str, key: str) -> float:
 #: module states for it are at the nominal speed (the run's report has the measured one).
 DEMO_INFERENCE_S = 0.1
 
-#: Of the malformed-input fault's five bodies (``MALFORMED_BODIES``), two are refused
-#: for the same reason, control characters (one as JSON escapes, one raw); the others
-#: as invalid UTF-8, broken JSON or full-width text. InputRejectionsHigh is per reason.
-MALFORMED_TOP_REASON_SHARE = 2 / 5
-
-
-def _up(x: float, step: float) -> float:
-    """``x`` rounded up to the parameter's step (the fault asks at least the bound)."""
-    return round(math.ceil(x / step - 1e-9) * step, 6)
-
-
-def _down(x: float, step: float) -> float:
-    return round(math.floor(x / step + 1e-9) * step, 6)
-
-
-def _capped(threshold: float, twice: float, limit: float, step: float) -> float:
-    """Moderate's value: ``twice`` the threshold's magnitude, or where that passes the
-    ``limit``, halfway from the threshold to it (the limit itself is severe's)."""
-    if twice <= limit:
-        return _up(twice, step)
-    return _up((threshold + limit) / 2, step)
-
-
-# -- the table ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Knob:
-    """How one fault is swept.
-
-    ``param`` is the parameter the severities change (None: the fault has one
-    magnitude and runs once, as ``SINGLE``); ``threshold`` and ``moderate`` the values
-    they set (the other parameters stay today's); ``severe`` the values severe sets
-    instead of today's (the limit of a capped knob, or twice moderate where today's
-    ask less; empty: today's); ``unit`` and ``bound`` the
-    magnitude in the measured signal's terms and the knowledge's bound on it;
-    ``source`` where that bound comes from; ``note`` a cap or a caveat.
-    """
-
-    fault: str
-    param: str | None
-    unit: str
-    bound: float | None
-    source: str
-    threshold: Mapping[str, float]
-    moderate: Mapping[str, float]
-    note: str = ""
-    severe: Mapping[str, float] = field(default_factory=dict)
-
-
-def _loop_outside(seconds: float, rate: float) -> float:
-    """Mean time a request spends outside the model when each of ``rate`` Poisson
-    requests a second holds the event loop ``seconds``: the sleep plus the M/D/1 wait
-    for the loop (infinite once the loop is busier than it can be)."""
-    rho = rate * seconds
-    if rho >= 1:
-        return math.inf
-    return seconds + rho * seconds / (2 * (1 - rho))
-
-
-def _loop_seconds(outside: float, rate: float) -> float:
-    """The sleep per request whose mean time outside the model is ``outside`` (the
-    inverse of ``_loop_outside``: a root of rate*s^2 - 2(1+T*rate)s + 2T = 0)."""
-    a = 1 + outside * rate
-    return (a - math.sqrt(a * a - 2 * rate * outside)) / rate
-
-
-def _stampede_drop(interval: float, embeddings_rate: float, pool: int) -> float:
-    """Drop of the embeddings cache's hit ratio (share of its warm level) when every
-    key is flushed each ``interval`` s: validate cycles ``pool`` inputs, so after each
-    flush the next min(pool, rate*interval) lookups miss."""
-    lookups = embeddings_rate * interval
-    return min(1.0, pool / lookups) if lookups > 0 else 1.0
-
 
 #: The demo's embeddings throughput with its two workers busy, nominal: a sweep measures
 #: its own at the start (``calibrate_capacity``); quick sweeps on a shared 2-core machine
@@ -204,28 +128,6 @@ def _pool(capacity: Mapping[str, Any] | None) -> tuple[int, float, float]:
     return workers, per_embedding, per_completion
 
 
-def surge_load(factor: float, capacity: Mapping[str, Any] | None) -> float:
-    """The load a surge of ``factor`` offers the worker pool, as a multiple of its
-    capacity: validate's completions and the surge's fresh embeddings (validate's own
-    embeddings are cache hits and cost the pool nothing)."""
-    from ._load import LoadPlan
-
-    workers, per_embedding, per_completion = _pool(capacity)
-    work = LoadPlan().completions_rate * per_completion + factor * _base_rate() * per_embedding
-    return work / workers
-
-
-def surge_factor(load: float, capacity: Mapping[str, Any] | None) -> float:
-    """The surge factor that offers ``load`` (x capacity), rounded up to the fault's
-    0.1 step, at least its smallest (the inverse of ``surge_load``)."""
-    from ._load import LoadPlan
-
-    workers, per_embedding, per_completion = _pool(capacity)
-    room = load * workers - LoadPlan().completions_rate * per_completion
-    factor = room / (_base_rate() * per_embedding)
-    return max(_fault_minimum("traffic_surge", "factor"), _up(factor, 0.1))
-
-
 def _base_rate() -> float:
     from ..chaos import FaultContext
 
@@ -238,317 +140,53 @@ def _cpus() -> int:
 
 
 @cache
-def _knobs() -> dict[str, Knob]:
+def _nominal() -> SweepBasis:
+    """What the derivations stand on, before a run: the rule pack as validate runs it,
+    validate's load, the demo's sim GPU and stack, this host, the nominal pool."""
     from ..demo import DemoConfig, StackConfig
     from ._load import LoadPlan
 
-    pack, rate, plan = _pack(), _request_rate(), LoadPlan()
-    demo, stack = DemoConfig(), StackConfig()
-    out: list[Knob] = []
+    plan, demo, stack = LoadPlan(), DemoConfig(), StackConfig()
+    return SweepBasis(
+        pack=_pack(),
+        request_rate=_request_rate(),
+        completions_rate=plan.completions_rate,
+        embeddings_rate=plan.embeddings_rate,
+        embeddings_pool=plan.embeddings_pool,
+        sim_gpu_memory_total=demo.sim_gpu_memory_total,
+        sim_weights_bytes=demo.sim_weights_bytes,
+        workers=stack.workers,
+        fd_limit=float(stack.service_max_fds or 0) or 2200.0,
+        cpus=_cpus(),
+        base_rate=_base_rate(),
+        inference_s=DEMO_INFERENCE_S,
+        nominal_embeddings_rps=NOMINAL_EMBEDDINGS_RPS,
+        pool=_pool(None),
+        signature_param=_signature_param,
+    )
 
-    # GPU leak: the signature's steady growth (deriv) of one process's GPU memory.
-    # mib_per_request = bytes/s / (MiB x requests/s). The pack's GPUProcessMemoryGrowth
-    # asks 1 GiB over leak_window (30 m; 10 s in quick runs), far more than this.
-    leak = _signature_param("gpu_memory_leak", "growth_bytes_per_s")
-    out.append(
-        Knob(
-            "gpu_memory_leak",
-            "mib_per_request",
-            "bytes/s of GPU memory growth",
-            leak,
-            "signature gpu_memory_leak growth_bytes_per_s (the issue's 2e6 B/s); "
-            f"{rate:g} requests/s",
-            {"mib_per_request": _up(leak / (_MIB * rate), 0.01)},
-            {"mib_per_request": _up(2 * leak / (_MIB * rate), 0.01)},
-            "GPUProcessMemoryGrowth asks 1 GiB over leak_window: ~107 MB/s in quick runs",
-        )
-    )
-    # Process leak: the signature's RSS growth, converted the same way.
-    rss = _signature_param("process_memory_leak", "growth_bytes_per_s")
-    out.append(
-        Knob(
-            "process_memory_leak",
-            "mib_per_request",
-            "bytes/s of RSS growth",
-            rss,
-            f"signature process_memory_leak growth_bytes_per_s; {rate:g} requests/s",
-            {"mib_per_request": _up(rss / (_MIB * rate), 0.01)},
-            {"mib_per_request": _up(2 * rss / (_MIB * rate), 0.01)},
-            "ProcessMemoryGrowth predicts 4 h ahead against 90 % of host memory: its rate "
-            "bound depends on the host",
-        )
-    )
-    # Co-tenant: GPUMemoryHigh (device > gpu_memory_ratio) with the service's weights
-    # on the device; the co-tenant's share is what is left to the bound.
-    weights = demo.sim_weights_bytes / demo.sim_gpu_memory_total
-    need = pack.gpu_memory_ratio - weights
-    free = 1.0 - weights
-    # twice the share does not fit beside the weights (the sim refuses the whole
-    # allocation): the most that fits, a step below the free share for the KV
-    # reservations of requests in flight, is severe, and moderate lies halfway to it
-    most = _down(free - 0.01, 0.01)
-    out.append(
-        Knob(
-            "gpu_cotenant",
-            "share",
-            "share of the device taken by the co-tenant",
-            need,
-            f"GPUMemoryHigh gpu_memory_ratio {pack.gpu_memory_ratio:g} minus the demo's "
-            f"weights ({weights:.3f} of the sim device)",
-            {"share": _up(need, 0.01)},
-            {"share": _capped(_up(need, 0.01), 2 * need, most, 0.01)},
-            f"capped: 2 x {need:.3f} does not fit in the {free:.3f} left free; severe is "
-            f"the most that fits ({most:g}), moderate halfway to it",
-            severe={"share": most},
-        )
-    )
-    # Contention: InferenceLatencyHigh, P99 over 2 x SLA; the slowdown multiplies the
-    # demo model's ~0.1 s.
-    p99 = 2 * pack.sla_seconds
-    out.append(
-        Knob(
-            "gpu_contention",
-            "factor",
-            "s of inference P99",
-            p99,
-            f"InferenceLatencyHigh: 2 x the demo SLA {pack.sla_seconds:g} s; the model "
-            f"answers in ~{DEMO_INFERENCE_S:g} s",
-            {"factor": _up(p99 / DEMO_INFERENCE_S, 0.1)},
-            {"factor": _up(2 * p99 / DEMO_INFERENCE_S, 0.1)},
-            "the scenario's factor asks less than moderate: severe is twice moderate",
-            severe={"factor": _up(4 * p99 / DEMO_INFERENCE_S, 0.1)},
-        )
-    )
-    # Blocked loop: LatencyHighWorkersIdle, mean time outside the model over
-    # outside_model_seconds; the sleep per request that makes it (M/D/1 wait).
-    outside = pack.outside_model_seconds
-    out.append(
-        Knob(
-            "event_loop_blocked",
-            "seconds",
-            "s outside the model per request (mean)",
-            outside,
-            f"LatencyHighWorkersIdle outside_model_seconds {outside:g}; {rate:g} Poisson "
-            "requests/s on one loop (M/D/1)",
-            {"seconds": _up(_loop_seconds(outside, rate), 0.001)},
-            {"seconds": _up(_loop_seconds(2 * outside, rate), 0.001)},
-            "near the loop's saturation: doubling the time outside takes a 15 % longer "
-            "sleep; today's 0.3 s overloads the loop",
-        )
-    )
-    # Binary: all workers stuck or not.
-    need_workers = math.ceil(pack.worker_saturation_ratio * stack.workers)
-    out.append(
-        Knob(
-            "worker_pool_saturated",
-            None,
-            "busy share of the pool",
-            pack.worker_saturation_ratio,
-            f"WorkerPoolSaturated {pack.worker_saturation_ratio:g} of {stack.workers} "
-            f"workers needs {need_workers}: every worker (the fault's default)",
-            {},
-            {},
-            "one magnitude: fewer stuck workers stay under the bound",
-        )
-    )
-    # Connections: FdsNearLimit, open fds over fd_ratio of the service's limit.
-    limit = float(stack.service_max_fds or 0) or 2200.0
-    out.append(
-        Knob(
-            "connection_flood",
-            "connections",
-            "share of the service's fd limit",
-            pack.fd_ratio,
-            f"FdsNearLimit fd_ratio {pack.fd_ratio:g} of the stack's {limit:g} fds",
-            {"connections": _up(pack.fd_ratio * limit, 1)},
-            {
-                "connections": _capped(
-                    _up(pack.fd_ratio * limit, 1), 2 * pack.fd_ratio * limit, limit, 1
-                )
-            },
-            "capped: a share of the fd limit cannot pass 1, so severe is the limit and "
-            "moderate halfway to it; the service's own fds come on top",
-            severe={"connections": limit},
-        )
-    )
-    # Inputs: InputRejectionsHigh, refused share of all requests per reason.
-    share = pack.input_rejection_ratio
 
-    def rejections(fault: str, per_reason: float, why: str) -> Knob:
-        # per_reason * r / (r + rate) = share  ->  r = share * rate / (per_reason - share)
-        return Knob(
-            fault,
-            "rate",
-            "share of requests refused (one reason)",
-            share,
-            f"InputRejectionsHigh input_rejection_ratio {share:g}; {rate:g} other "
-            f"requests/s; {why}",
-            {"rate": _up(share * rate / (per_reason - share), 0.01)},
-            {"rate": _up(2 * share * rate / (per_reason - 2 * share), 0.01)},
-        )
+def _basis(capacity: Mapping[str, Any] | None = None) -> SweepBasis:
+    """The basis with the worker pool ``capacity`` measured (None: the nominal one)."""
+    nominal = _nominal()
+    return nominal if capacity is None else replace(nominal, pool=_pool(capacity))
 
-    out.append(rejections("overlong_inputs", 1.0, "every request refused as too large"))
-    out.append(
-        rejections(
-            "malformed_inputs",
-            MALFORMED_TOP_REASON_SHARE,
-            f"{MALFORMED_TOP_REASON_SHARE:g} of them for the same reason",
-        )
-    )
-    # Stampede: CacheHitRatioDrop, the hit ratio under (1 - cache_hit_drop) of its best.
-    drop = pack.cache_hit_drop
-    pool, emb = plan.embeddings_pool, plan.embeddings_rate
-    out.append(
-        Knob(
-            "cache_stampede",
-            "interval",
-            "drop of the hit ratio (share of its warm level)",
-            drop,
-            f"CacheHitRatioDrop cache_hit_drop {drop:g}; validate cycles {pool} "
-            f"embeddings inputs at {emb:g}/s",
-            # drop = pool / (emb * interval): the longest interval that still drops
-            {"interval": _down(pool / (emb * drop), 0.5)},
-            {"interval": _down(pool / (emb * min(1.0, 2 * drop)), 0.5)},
-            "moderate: a drop of 100 % (every lookup between flushes misses)",
-        )
-    )
-    # CPU: HostCPUSaturated, busy share over cpu_busy_ratio; demand = workers x load.
-    busy = pack.cpu_busy_ratio
-    cpus = _cpus()
-    out.append(
-        Knob(
-            "cpu_burn",
-            "load",
-            "share of the host's CPU time busy (the burner asks workers x load)",
-            busy,
-            f"HostCPUSaturated cpu_busy_ratio {busy:g}; {cpus} CPUs",
-            {"workers": 0, "load": _up(100 * busy, 1)},
-            # twice the demand: twice the workers at the same load (a busy share cannot
-            # pass 100 %, a run queue can)
-            {"workers": 2 * cpus, "load": _up(100 * busy, 1)},
-            "today's value (every CPU at 100 %) is 1.1 x the threshold, under moderate's "
-            "demand: severe is twice moderate's",
-            severe={"workers": 4 * cpus, "load": _up(100 * busy, 1)},
-        )
-    )
-    out.append(
-        Knob(
-            "disk_io_saturation",
-            None,
-            "busy share of the disk",
-            pack.disk_util_ratio,
-            f"DiskSaturated disk_util_ratio {pack.disk_util_ratio:g} (DOMAIN: %util > 95 %)",
-            {},
-            {},
-            "one magnitude: fio writes flat out (one job already keeps the disk busy); "
-            "jobs and size change the queue, not the busy share",
-        )
-    )
-    loss = pack.tcp_retransmit_ratio
-    out.append(
-        Knob(
-            "network_loss",
-            "percent",
-            "share of TCP segments retransmitted on real links",
-            loss,
-            f"TCPRetransmitsHigh tcp_retransmit_ratio {loss:g} (DOMAIN: packet loss > 5 %)",
-            {"percent": _up(100 * loss, 1)},
-            {"percent": _up(200 * loss, 1)},
-        )
-    )
-    signature_probe = _signature_param("network_latency", "probe_seconds")
-    alert_probe = float(pack.probe_latency_seconds)
-    probe = min(signature_probe, alert_probe)
-    out.append(
-        Knob(
-            "network_latency",
-            "delay_ms",
-            "s added to the probe's round trip",
-            probe,
-            f"signature network_latency probe_seconds {signature_probe:g} and "
-            f"ProbeLatencyHigh {alert_probe:g} s (the issue's 100 ms): the request and its "
-            "answer each cross the delaying proxy",
-            {"delay_ms": _up(1000 * probe / 2, 1)},
-            {"delay_ms": _up(1000 * probe, 1)},
-            ""
-            if signature_probe == alert_probe
-            else f"ProbeLatencyHigh asks {alert_probe:g} s: {1000 * alert_probe / 2:g} ms each way",
-        )
-    )
-    out.append(
-        Knob(
-            "redis_down",
-            None,
-            "share of cache lookups failing",
-            pack.cache_error_ratio,
-            f"CacheErrorsHigh cache_error_ratio {pack.cache_error_ratio:g}",
-            {},
-            {},
-            "one magnitude: the cache answers or not (method 1, a kill, is the same outage)",
-        )
-    )
-    # Surge: its expected alerts (QueueBacklog, HTTP429RateHigh) judge the load against
-    # the service's capacity, not against the rate before it. Past capacity the queue
-    # fills, and once it is full the share refused is 1 - 1/load: HTTP429RateHigh's
-    # http_429_ratio is just crossed at load 1 / (1 - ratio). The surge's fresh
-    # embeddings inputs are sized against the worker pool's capacity the run measures
-    # (``surge_factor``); here, before a run, at the nominal one.
-    limit = 1.0 / (1.0 - pack.http_429_ratio)
-    floor = _fault_minimum("traffic_surge", "factor")
-    out.append(
-        Knob(
-            "traffic_surge",
-            "factor",
-            "offered load on the worker pool (x its measured capacity)",
-            limit,
-            f"HTTP429RateHigh http_429_ratio {pack.http_429_ratio:g}: past the pool's "
-            f"capacity QueueBacklog's queue fills, then 1/(1 - {pack.http_429_ratio:g}) = "
-            f"{limit:.3f} x capacity refuses that share; the fault adds factor x "
-            f"{_base_rate():g} fresh embeddings/s to validate's {rate:g} requests/s",
-            {"factor": surge_factor(limit, None)},
-            {"factor": surge_factor(2 * limit, None)},
-            f"sized at run time against the pool's measured capacity (here the nominal "
-            f"{NOMINAL_EMBEDDINGS_RPS:g} embeddings/s); the fault's smallest surge is "
-            f"factor {floor:g}",
-        )
-    )
-    for name, bound, unit, source in (
-        ("gpu_xid", 1.0, "Xid events", "GPUXidError: any Xid"),
-        ("gpu_oom", 1.0, "CUDA_OOM errors", "GPUOutOfMemoryErrors: any CUDA OOM"),
-        ("cold_start", 1.0, "model loads", "ModelReloaded: any reload"),
-        (
-            "timeouts_not_aborting",
-            pack.unaborted_timeout_ratio,
-            "share of timed-out requests whose model work ran on",
-            f"TimedOutWorkNotAborted unaborted_timeout_ratio {pack.unaborted_timeout_ratio:g}",
-        ),
-    ):
-        out.append(Knob(name, None, unit, bound, source, {}, {}, "one magnitude: an event"))
-    for name, unit in (
-        ("slow_dependency", "s added to each model request"),
-        ("thread_leak", "threads leaked"),
-        ("disk_fill", "MiB/s written"),
-    ):
-        out.append(
-            Knob(
-                name,
-                None,
-                unit,
-                None,
-                "no threshold: no alert and no signature knows this fault",
-                {},
-                {},
-                "today's values at every severity",
-            )
-        )
-    return {k.fault: k for k in out}
+
+def _spec(fault: str) -> FaultSpec:
+    knob(fault)  # the ConfigError for an unknown fault
+    return FAULT_SPECS[fault]
 
 
 @cache
-def _fault_minimum(fault: str, param: str) -> float:
-    from ..chaos import get_fault
-
-    return float(get_fault(fault).params[param][1])
+def _knobs() -> dict[str, Knob]:
+    """fault -> its knob, from each fault's spec; a spec whose severities do not grow
+    (threshold <= moderate <= severe, in quick and in full runs) is refused."""
+    out: dict[str, Knob] = {}
+    for name, spec in FAULT_SPECS.items():
+        for params in (spec.runs.quick_params, spec.runs.params):
+            check_grading(spec, _nominal(), {**_defaults(name), **params})
+        out[name] = spec.knob(_nominal())
+    return out
 
 
 def knob(fault: str) -> Knob:
@@ -617,25 +255,12 @@ def severity_params(
     today = {**_defaults(fault), **(s.quick_params if quick else s.params)}
     if severity == SINGLE:
         return today
-    if fault == "traffic_surge":  # capacity None: the nominal pool, as the knob's own
-        return {**today, "factor": _surge_at(severity, float(today["factor"]), capacity)}
+    at = _spec(fault).grading.at
+    if at is not None:  # capacity None: the nominal pool, as the knob's own
+        return at(severity, today, _basis(capacity))
     if severity == "severe":
         return {**today, **k.severe}
     return {**today, **(k.threshold if severity == "threshold" else k.moderate)}
-
-
-def _surge_at(severity: str, today: float, capacity: Mapping[str, Any] | None) -> float:
-    """A surge's factor at ``severity`` against ``capacity``: the load of the threshold,
-    twice it, and today's factor unless a larger pool makes that less than moderate's
-    load (then twice moderate's)."""
-    limit = knob("traffic_surge").bound or 1.0
-    if severity == "threshold":
-        return surge_factor(limit, capacity)
-    if severity == "moderate":
-        return surge_factor(2 * limit, capacity)
-    if surge_load(today, capacity) >= surge_load(surge_factor(2 * limit, capacity), capacity):
-        return today
-    return surge_factor(4 * limit, capacity)
 
 
 def magnitude(
@@ -647,40 +272,10 @@ def magnitude(
     k = knob(fault)
     if k.param is None:
         return None
-    p = {**_defaults(fault), **params}
-    rate = _request_rate()
-    if fault in ("gpu_memory_leak", "process_memory_leak"):
-        return float(p["mib_per_request"]) * _MIB * rate
-    if fault == "gpu_cotenant":
-        return float(p["share"])
-    if fault == "gpu_contention":
-        return float(p["factor"]) * DEMO_INFERENCE_S
-    if fault == "event_loop_blocked":
-        return _loop_outside(float(p["seconds"]), rate)
-    if fault == "connection_flood":
-        from ..demo import StackConfig
-
-        return min(1.0, float(p["connections"]) / float(StackConfig().service_max_fds or 2200))
-    if fault in ("overlong_inputs", "malformed_inputs"):
-        r = float(p["rate"])
-        per = 1.0 if fault == "overlong_inputs" else MALFORMED_TOP_REASON_SHARE
-        return per * r / (r + rate)
-    if fault == "cache_stampede":
-        from ._load import LoadPlan
-
-        plan = LoadPlan()
-        return _stampede_drop(float(p["interval"]), plan.embeddings_rate, plan.embeddings_pool)
-    if fault == "cpu_burn":
-        cpus = _cpus()
-        workers = int(p["workers"]) or cpus
-        return workers * float(p["load"]) / 100.0 / cpus
-    if fault == "network_loss":
-        return float(p["percent"]) / 100.0
-    if fault == "network_latency":
-        return 2 * float(p["delay_ms"]) / 1000.0
-    if fault == "traffic_surge":
-        return surge_load(float(p["factor"]), capacity)
-    raise ConfigError(f"fault {fault!r}: no magnitude for its knob {k.param!r}")
+    measure = _spec(fault).grading.magnitude
+    if measure is None:
+        raise ConfigError(f"fault {fault!r}: no magnitude for its knob {k.param!r}")
+    return measure({**_defaults(fault), **params}, _basis(capacity))
 
 
 def beyond_reach(
@@ -688,44 +283,19 @@ def beyond_reach(
 ) -> dict[str, str]:
     """The fault table's expected alerts that ``params`` cannot make fire within a fault
     phase of ``fault_s`` seconds under the rule pack ``pack`` (a ``PackParams``): alert
-    name -> why, said with the numbers. Empty at severe (today's values, which every
-    alert is expected to catch).
+    name -> why, said with the numbers (the spec's ``Grading.beyond_reach``). Empty at
+    severe (today's values, which every alert is expected to catch).
 
-    A GPU leak's alerts count the bytes it has grown, not its rate: GPUProcessMemoryGrowth
-    asks ``gpu_process_growth_bytes`` over ``leak_window`` (1 GiB over quick runs' 10 s:
-    107 MB/s), GPUMemoryHigh the device past ``gpu_memory_ratio`` (7.6 GiB more than the
-    demo's 14 GiB of weights). A leak at the signature's 2 MB/s, or twice it, reaches neither
-    within a quick phase of 60 s (nor GPUMemoryHigh within a full one), so at threshold and
-    moderate those alerts are reported as out of reach rather than missed; the diagnosis
-    still has to name the leak.
+    A GPU leak's alerts count the bytes it has grown, not its rate, so a leak at the
+    signature's 2 MB/s, or twice it, reaches neither within a quick phase of 60 s: at
+    threshold and moderate those alerts are reported as out of reach rather than
+    missed; the diagnosis still has to name the leak.
     """
     _check_severity(fault, severity)
-    if severity == "severe" or fault != "gpu_memory_leak":
+    out_of_reach = _spec(fault).grading.beyond_reach
+    if severity == "severe" or out_of_reach is None:
         return {}
-    import promql_parser
-
-    from ..demo import DemoConfig
-
-    rate = magnitude(fault, params)
-    if rate is None or not rate > 0:
-        return {}
-    out: dict[str, str] = {}
-    window = promql_parser.parse_duration(pack.leak_window).total_seconds()
-    growth = float(pack.gpu_process_growth_bytes)
-    if rate * window < growth:
-        out["GPUProcessMemoryGrowth"] = (
-            f"asks {growth / _MIB:.0f} MiB over leak_window {pack.leak_window} "
-            f"({growth / window / 1e6:.3g} MB/s); this leak grows {rate / 1e6:.2f} MB/s"
-        )
-    demo = DemoConfig()
-    to_bound = float(pack.gpu_memory_ratio) * demo.sim_gpu_memory_total - demo.sim_weights_bytes
-    if to_bound / rate > fault_s:
-        out["GPUMemoryHigh"] = (
-            f"the device passes {float(pack.gpu_memory_ratio):.0%} after "
-            f"{to_bound / 1e9:.1f} GB more than the weights: {to_bound / rate:.0f} s at "
-            f"{rate / 1e6:.2f} MB/s, past the {fault_s:.0f} s fault phase"
-        )
-    return out
+    return out_of_reach({**_defaults(fault), **params}, pack, fault_s, _nominal())
 
 
 def severity_table(*, quick: bool) -> list[dict[str, Any]]:
@@ -739,9 +309,7 @@ def severity_table(*, quick: bool) -> list[dict[str, Any]]:
         k = knob(fault)
         sevs = severities(fault)
         values = {sev: severity_params(fault, sev, quick=quick) for sev in sevs}
-        shown = [k.param] if k.param else []
-        if fault == "cpu_burn":
-            shown = ["workers", "load"]
+        shown = list(_spec(fault).grading.shown) or ([k.param] if k.param else [])
         rows.append(
             {
                 "fault": fault,
@@ -780,12 +348,12 @@ class _Window:
         # run's 60 s): the calm under the same load the fault's reach is measured from
         return max(8.0, 4 * self.tick)
 
-    def _eval(self, expr: str, start: float, end: float) -> list[tuple[Mapping[str, str], float]]:
+    def series(self, expr: str, start: float, end: float) -> list[tuple[Mapping[str, str], float]]:
         res = self.store.query_range(expr, start, end, self.tick)
         return [(s.labels, v) for s in res.matrix for _, v in s.points if v == v]
 
     def at(self, expr: str, t: float) -> list[tuple[Mapping[str, str], float]]:
-        return self._eval(expr.replace("[W]", f"[{self.w}]"), t, t)
+        return self.series(expr.replace("[W]", f"[{self.w}]"), t, t)
 
     def end(self, expr: str) -> list[float]:
         return [v for _, v in self.at(expr, self.t_end)]
@@ -796,19 +364,19 @@ class _Window:
         event at the injection's first tick leaves no change inside the range (a range cut
         to the phase reads 0 model loads for every cold_start)."""
         w = f"{math.ceil(self.t_end - self.t_fault + self.tick)}s"
-        return [v for _, v in self._eval(expr.replace("[W]", f"[{w}]"), self.t_end, self.t_end)]
+        return [v for _, v in self.series(expr.replace("[W]", f"[{w}]"), self.t_end, self.t_end)]
 
     def start(self, expr: str) -> list[tuple[Mapping[str, str], float]]:
         """``expr`` at the injection, ``[W]`` standing for the calm just before it."""
-        return self._eval(
+        return self.series(
             expr.replace("[W]", f"[{int(self.before_s)}s]"), self.t_fault, self.t_fault
         )
 
     def over(self, expr: str) -> list[float]:
-        return [v for _, v in self._eval(expr, self.t_fault, self.t_end)]
+        return [v for _, v in self.series(expr, self.t_fault, self.t_end)]
 
     def before(self, expr: str) -> list[float]:
-        return [v for _, v in self._eval(expr, self.t_fault - self.before_s, self.t_fault)]
+        return [v for _, v in self.series(expr, self.t_fault - self.before_s, self.t_fault)]
 
     def delta(self, expr: str) -> float:
         """How much a sum of counters grew over the phase (a series that appears
@@ -819,216 +387,13 @@ class _Window:
 
 
 #: achieved magnitude, or why it cannot be measured (a string)
-Measured = float | str
-_NO_DATA = "no {} series in the agent's store during the fault"
-
-
-def _peak(values: list[float], metric: str) -> Measured:
-    return max(values) if values else _NO_DATA.format(metric)
-
-
-def _rise(w: _Window, expr: str, metric: str) -> Measured:
-    during, before = w.over(expr), w.before(expr)
-    if not during or not before:
-        return _NO_DATA.format(metric)
-    return max(during) - statistics.median(before)
-
-
-def _slope(w: _Window, metric: str) -> Measured:
-    # the least-squares slope from the injection to the phase's end, or to when the
-    # leak reached its bound (a full device, the fault's max_mib) and stopped growing:
-    # it averages out the per-request KV reservations that come and go on the device
-    end = min(w.t_end, max(w.t_fault + 4 * w.tick, w.full_at))
-    span = max(int(end - w.t_fault), int(2 * w.tick) + 1)
-    values = [v for _, v in w._eval(f"max(deriv({metric}[{span}s]))", end, end)]
-    return _peak(values, metric)
-
-
 def _full_at(fault: str, params: Mapping[str, Any], t_fault: float) -> float:
-    """When a leak asked at ``params`` reaches what bounds it (90 % of the way, for
-    the requests' own rate to vary): the sim device's free memory, or max_mib."""
-    if fault not in ("gpu_memory_leak", "process_memory_leak"):
+    """When a fault asked at ``params`` reaches what bounds it and stops growing (a
+    leak's device or cap; ``Grading.full_after``), else never."""
+    full_after = _spec(fault).grading.full_after
+    if full_after is None:
         return math.inf
-    p = {**_defaults(fault), **params}
-    rate = float(p["mib_per_request"]) * _MIB * _request_rate()
-    if fault == "process_memory_leak":
-        room = float(p["max_mib"]) * _MIB
-    else:
-        from ..demo import DemoConfig
-
-        demo = DemoConfig()
-        room = float(demo.sim_gpu_memory_total - demo.sim_weights_bytes)
-    return t_fault + 0.9 * room / rate if rate > 0 else math.inf
-
-
-def _change(w: _Window, expr: str, metric: str, *, relative: bool) -> Measured:
-    """``expr`` over the phase against the calm before: the difference, or the rise
-    as a share of the before."""
-    during, before = w.end(expr), [v for _, v in w.start(expr)]
-    if not during or not before:
-        return _NO_DATA.format(metric)
-    if relative:
-        return during[0] / before[0] - 1.0 if before[0] > 0 else _NO_DATA.format(metric)
-    return during[0] - before[0]
-
-
-def _probe(w: _Window) -> Measured:
-    # the probe's mean round trip over 4 probes, its peak in the phase against the calm
-    expr = f"max(avg_over_time(probe_duration_seconds[{int(4 * w.tick)}s]))"
-    return _rise(w, expr, "probe_duration_seconds")
-
-
-def _stampede(w: _Window) -> Measured:
-    expr = (
-        'sum by (cache) (increase(cache_requests_total{result="hit"}[W])) '
-        '/ sum by (cache) (increase(cache_requests_total{result=~"hit|miss"}[W]))'
-    )
-    during = {s.get("cache", ""): v for s, v in w.at(expr, w.t_end)}
-    before = {s.get("cache", ""): v for s, v in w.start(expr)}
-    # the caches that were warm (CacheHitRatioDrop's cache_hit_baseline_ratio)
-    warm = {c: b for c, b in before.items() if b >= _pack().cache_hit_baseline_ratio}
-    drops = [1.0 - during[c] / b for c, b in warm.items() if c in during]
-    if not drops:
-        return "no warm cache (hit ratio over its baseline bound) before the fault"
-    return max(drops)
-
-
-def _surge(w: _Window, capacity: Mapping[str, Any] | None) -> Measured:
-    """The load offered to the worker pool over the phase (x its capacity): the requests
-    that arrived, answered or refused, less the embeddings the cache answered."""
-    workers, per_embedding, per_completion = _pool(capacity)
-    arrived = 'sum(rate(http_request_duration_seconds_count{{route="/v1/{}"}}[W]))'
-    completions = w.end(arrived.format("completions"))
-    embeddings = w.end(arrived.format("embeddings"))
-    hits = w.end('sum(rate(cache_requests_total{cache="embeddings",result="hit"}[W]))')
-    if not completions or not embeddings:
-        return _NO_DATA.format("http_request_duration_seconds_count")
-    fresh = max(0.0, embeddings[0] - (hits[0] if hits else 0.0))
-    return (completions[0] * per_completion + fresh * per_embedding) / workers
-
-
-def _timeouts(w: _Window) -> Measured:
-    timed = w.delta('sum(request_timeouts_total{reason="deadline"})')
-    if timed <= 0:
-        return 0.0  # no request passed its deadline: the fault had nothing to act on
-    aborted = w.delta('sum(model_aborts_total{reason="deadline"})')
-    return max(0.0, timed - aborted) / timed
-
-
-def _threads(w: _Window) -> Measured:
-    return _rise(w, "max(service_process_threads)", "service_process_threads")
-
-
-_MEASURES: dict[str, Callable[[_Window], Measured]] = {
-    "gpu_memory_leak": lambda w: _slope(w, "gpu_process_memory_used_bytes"),
-    "process_memory_leak": lambda w: _slope(w, "service_process_resident_memory_bytes"),
-    "gpu_cotenant": lambda w: _rise(
-        w, "max(gpu_memory_used_bytes / gpu_memory_total_bytes)", "gpu_memory_used_bytes"
-    ),
-    "gpu_contention": lambda w: _peak(
-        w.end(
-            "max(histogram_quantile(0.99, sum by (job, model, le) "
-            "(rate(model_inference_time_seconds_bucket[W]))))"
-        ),
-        "model_inference_time_seconds",
-    ),
-    # LatencyHighWorkersIdle's left side over the phase
-    "event_loop_blocked": lambda w: _peak(
-        w.end(
-            "max(sum by (job) (rate(http_request_duration_seconds_sum[W])) "
-            "/ sum by (job) (rate(http_request_duration_seconds_count[W])) "
-            "- on (job) (sum by (job) (rate(model_inference_time_seconds_sum[W])) "
-            "/ sum by (job) (rate(model_inference_time_seconds_count[W]))))"
-        ),
-        "http_request_duration_seconds",
-    ),
-    "worker_pool_saturated": lambda w: _peak(
-        w.end(
-            "max(avg_over_time(worker_pool_active_workers[W]) "
-            "/ avg_over_time(worker_pool_max_workers[W]))"
-        ),
-        "worker_pool_active_workers",
-    ),
-    "connection_flood": lambda w: _peak(
-        w.over("max(service_process_open_fds / service_process_max_fds)"),
-        "service_process_open_fds",
-    ),
-    **{
-        name: (
-            lambda w: _peak(
-                w.end(
-                    "max(sum by (reason) (increase(input_rejections_total[W]))) "
-                    "/ sum(increase(http_request_duration_seconds_count[W]))"
-                ),
-                "input_rejections_total",
-            )
-        )
-        for name in ("overlong_inputs", "malformed_inputs")
-    },
-    "cache_stampede": _stampede,
-    # HostCPUSaturated's left side over the phase
-    "cpu_burn": lambda w: _peak(
-        w.end(
-            'max(1 - sum without (mode) (rate(host_cpu_seconds_total{mode=~"idle|iowait"}[W])) '
-            '/ sum without (mode) (rate(host_cpu_seconds_total{mode!~"guest|guest_nice"}[W])))'
-        ),
-        "host_cpu_seconds_total",
-    ),
-    # DiskSaturated's left side: a busy share cannot pass 100 % (io_ticks jumps can)
-    "disk_io_saturation": lambda w: _peak(
-        w.end("max(clamp_max(rate(host_disk_io_time_seconds_total[W]), 1))"),
-        "host_disk_io_time_seconds_total",
-    ),
-    # TCPRetransmitsHigh's ratio (segments sent on real links: loopback left out), in the
-    # namespace where it is highest (the host's, or the fault proxy's the agent reads)
-    "network_loss": lambda w: _peak(
-        w.end(
-            "max(sum by (netns) (rate(host_tcp_retransmitted_segments_total[W])) / ((sum by "
-            "(netns) (rate(host_tcp_out_segments_total[W])) - sum by (netns) (rate("
-            'host_network_transmit_packets_total{interface="lo"}[W]))) or sum by (netns) '
-            "(rate(host_tcp_out_segments_total[W]))))"
-        ),
-        "host_tcp_retransmitted_segments_total",
-    ),
-    "network_latency": _probe,
-    "redis_down": lambda w: _peak(
-        w.end(
-            'sum(increase(cache_requests_total{result="error"}[W])) '
-            "/ sum(increase(cache_requests_total[W]))"
-        ),
-        "cache_requests_total",
-    ),
-    "gpu_xid": lambda w: w.delta("sum(gpu_xid_errors_total)"),
-    "gpu_oom": lambda w: w.delta('sum(model_inference_errors_total{error_code="CUDA_OOM"})'),
-    "cold_start": lambda w: _peak(
-        w.end_from_before("sum(changes(model_load_time_seconds[W]))"), "model_load_time_seconds"
-    ),
-    "timeouts_not_aborting": _timeouts,
-    "slow_dependency": lambda w: _change(
-        w,
-        'sum(rate(http_request_duration_seconds_sum{route=~"/v1/.*"}[W])) '
-        '/ sum(rate(http_request_duration_seconds_count{route=~"/v1/.*"}[W]))',
-        "http_request_duration_seconds",
-        relative=False,
-    ),
-    "thread_leak": _threads,
-}
-
-#: faults whose magnitude the agent does not collect, and why
-_UNMEASURED: dict[str, str] = {
-    "disk_fill": "the agent collects disk operations and busy time, not bytes written",
-}
-
-#: faults whose signal the agent collects but which under-reads their magnitude: the
-#: value is reported, not judged. A quick sweep on a 2-core machine measures
-#: TCPRetransmitsHigh's ratio over the phase at 2.4 %, 3.2 % and 18.4 % for 5, 10 and
-#: 30 % of the link's packets dropped (nftables drops exactly that share): the host's
-#: pure ACKs for the streamed answers count among the segments sent but are never
-#: resent, and connections stalled on a retransmission timeout send fewer segments.
-_INDIRECT: dict[str, str] = {
-    "network_loss": "the retransmitted share under-reads the packets dropped (pure ACKs "
-    "count among the segments sent, stalled connections send fewer)",
-}
+    return t_fault + full_after({**_defaults(fault), **params}, _nominal())
 
 
 def _asked(
@@ -1038,23 +403,14 @@ def _asked(
     t: float,
     capacity: Mapping[str, Any] | None = None,
 ) -> float | None:
-    """The magnitude the case asked, in the measured signal's terms."""
-    k = knob(fault)
-    if fault == "slow_dependency":
-        return float(params.get("seconds", _defaults(fault)["seconds"]))
-    if fault == "thread_leak":
-        p = {**_defaults(fault), **params}
-        return min(float(p["max_threads"]), float(p["per_request"]) * _request_rate() * t)
+    """The magnitude the case asked, in the measured signal's terms: the spec's own
+    (``Grading.asked``), else the magnitude, else (one magnitude) the bound."""
+    del severity  # the magnitude asked is in params
+    asked = _spec(fault).grading.asked
+    if asked is not None:
+        return asked({**_defaults(fault), **params}, t, _basis(capacity))
     m = magnitude(fault, params, capacity)
-    if m is None:
-        return k.bound
-    if fault == "event_loop_blocked" and not math.isfinite(m):
-        # past the loop's saturation the model has no steady state: at least what
-        # moderate asks (twice the bound, rounded up to the sleep's step), never less
-        return max(2 * (k.bound or 0.0), magnitude(fault, {**params, **k.moderate}) or 0.0)
-    if fault == "cpu_burn":
-        return min(1.0, m)  # a busy share cannot pass 100 %
-    return m
+    return knob(fault).bound if m is None else m
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -1091,16 +447,14 @@ def reached(
     """
     k = knob(fault)
     _check_severity(fault, severity)
-    if fault in _UNMEASURED:
+    grading = _spec(fault).grading
+    if grading.measure is None:  # the agent does not collect it (``unmeasured`` says why)
         return None
     del quick  # the magnitude asked is in params; the phase times set the windows
     full = _full_at(fault, params, t_fault)
     window = _Window(stack.agent.store, float(stack.config.tick), t_fault, t_end, full)
     try:
-        if fault == "traffic_surge":
-            achieved = _surge(window, capacity)
-        else:
-            achieved = _MEASURES[fault](window)
+        achieved = grading.measure(window, _basis(capacity))
     except Exception as exc:  # a query error is reported, never raised into the run
         achieved = f"the measurement failed: {type(exc).__name__}: {exc}"
     asked = _asked(fault, severity, params, t_end - t_fault, capacity)
@@ -1114,10 +468,10 @@ def reached(
         )
     data = {"severity": severity, "unit": k.unit, "achieved": achieved, "asked": asked,
             "bound": k.bound}  # fmt: skip
-    if fault in _INDIRECT:
+    if grading.indirect:
         text = (
             f"{severity} magnitude not judged: {_fmt(achieved, k.unit)} ({k.unit}) with "
-            f"{_fmt(asked, k.unit)} asked; {_INDIRECT[fault]}"
+            f"{_fmt(asked, k.unit)} asked; {grading.indirect}"
         )
         return Check("severity", None, text, data)
     counted = k.param is None and k.bound == 1.0
