@@ -183,12 +183,6 @@ ALIASES: tuple[Alias, ...] = (
         histogram=True,
     ),
     Alias(
-        "sglang:inter_token_latency_seconds",
-        "model_time_per_output_token_seconds",
-        "sglang",
-        histogram=True,
-    ),
-    Alias(
         "sglang:e2e_request_latency_seconds",
         "http_request_duration_seconds",
         "sglang",
