@@ -83,7 +83,7 @@ def _store(*parts: tuple[str, str, dict[str, str]]) -> Store:
             if line and not line.startswith("#") and labels:
                 name, sep, rest = line.partition("{")
                 extra = ",".join(f'{k}="{v}"' for k, v in labels.items())
-                line = f"{name}{{{extra},{rest}" if sep else f"{name}{{{extra}}}{line[len(name):]}"
+                line = f"{name}{{{extra},{rest}" if sep else f"{name}{{{extra}}}{line[len(name) :]}"
             lines.append(line)
         store.ingest_exposition("\n".join(lines) + "\n", timestamp=T, target=target)
     return store
@@ -182,7 +182,8 @@ def test_a_node_label_set_by_the_scrape_wins_over_dcgms_hostname() -> None:
 
 def test_a_form_whose_added_label_fails_the_query_is_left_out() -> None:
     assert native_expr("queue_length", [("queue", "=", "admission")]) is None
-    assert "vllm:num_requests_waiting" in (native_expr("queue_length", [("queue", "=~", "e.*")]) or "")
+    engine = native_expr("queue_length", [("queue", "=~", "e.*")]) or ""
+    assert "vllm:num_requests_waiting" in engine
 
 
 def test_with_native_leaves_other_names_and_unparsable_text_alone() -> None:
@@ -191,10 +192,12 @@ def test_with_native_leaves_other_names_and_unparsable_text_alone() -> None:
     assert with_native("max(kv_cache_usage_ratio", {"kv_cache_usage_ratio"}) == (
         "max(kv_cache_usage_ratio"
     )
-    out = with_native("max(rate(vllm_free[1m])) + max(kv_cache_usage_ratio)", {"kv_cache_usage_ratio"})
+    kv = {"kv_cache_usage_ratio"}
+    out = with_native("max(rate(vllm_free[1m])) + max(kv_cache_usage_ratio)", kv)
     assert "vllm:kv_cache_usage_perc" in out and "vllm_free" in out
     # inside a range function the function is carried onto the native series, scaled after
-    out = with_native("max_over_time(gpu_memory_used_bytes[5m] offset 1m)", {"gpu_memory_used_bytes"})
+    used = {"gpu_memory_used_bytes"}
+    out = with_native("max_over_time(gpu_memory_used_bytes[5m] offset 1m)", used)
     assert "max_over_time(DCGM_FI_DEV_FB_USED[5m] offset 1m) * 1048576" in out
     # a count of samples is not scaled
     out = with_native("changes(gpu_memory_used_bytes[5m])", {"gpu_memory_used_bytes"})
@@ -204,7 +207,7 @@ def test_with_native_leaves_other_names_and_unparsable_text_alone() -> None:
 def test_double_counting_guard_on_the_embedded_store() -> None:
     """A target that exports our name keeps only it; another target's native series is
     read; and the recording rule's own output (aivitals_source set) is not 'ours'."""
-    ours = "kv_cache_usage_ratio{model=\"m\"} 0.5\n"
+    ours = 'kv_cache_usage_ratio{model="m"} 0.5\n'
     native = 'vllm:kv_cache_usage_perc{model_name="m"} 0.7\n'
     store = _store(
         (ours + native, "both", {"job": "a", "instance": "a:1"}),
@@ -212,9 +215,7 @@ def test_double_counting_guard_on_the_embedded_store() -> None:
     )
     got = _values(store, with_native("kv_cache_usage_ratio", {"kv_cache_usage_ratio"}))
     assert sorted(got.values()) == [0.5, 0.7]
-    rule = next(
-        r for r in native_rule_group()["rules"] if r["record"] == "kv_cache_usage_ratio"
-    )
+    rule = next(r for r in native_rule_group()["rules"] if r["record"] == "kv_cache_usage_ratio")
     recorded = _values(store, rule["expr"])
     ((labels, value),) = recorded.items()
     assert value == 0.7 and dict(labels)["job"] == "b"
