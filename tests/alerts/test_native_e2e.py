@@ -113,7 +113,8 @@ class Targets:
         out = []
         for field, value in values.items():
             kind, help_ = self.dcgm_help[field]
-            out += [f"# HELP {field} {help_}", f"# TYPE {field} {kind}", f"{field}{{{GPU}}} {value}"]
+            out += [f"# HELP {field} {help_}", f"# TYPE {field} {kind}"]
+            out.append(f"{field}{{{GPU}}} {value}")
         return "\n".join(out) + "\n"
 
 
