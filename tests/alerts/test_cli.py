@@ -45,7 +45,9 @@ def test_export_writes_the_pack_and_both_configs(tmp_path: Path) -> None:
     rules = (tmp_path / "aivitals-rules.yml").read_text()
     assert "queue_length > 50" in rules and "> 2 * 0.5" in rules and "> 0.8" in rules
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
-    assert prom["rule_files"] == ["aivitals-rules.yml"]
+    assert prom["rule_files"] == ["aivitals-native.yml", "aivitals-rules.yml"]
+    native = yaml.safe_load((tmp_path / "aivitals-native.yml").read_text())
+    assert [g["name"] for g in native["groups"]] == ["aivitals-native-names"]
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["127.0.0.1:8001"]
     am = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     assert am["receivers"][0]["webhook_configs"][0]["url"] == "http://127.0.0.1:6000/x"

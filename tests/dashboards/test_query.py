@@ -12,11 +12,13 @@ VALUES |= {"namespace": ".*", "pod": ".*"}
 
 def test_alternatives_follow_the_alias_table() -> None:
     names = [a.name for a in alternatives("kv_cache_usage_ratio")]
-    # ours first; vLLM's current name and its pre-v1 name, so a rename never empties the panel
+    # ours first; vLLM's current name and its pre-v1 name, so a rename never empties the
+    # panel; then SGLang's
     assert names == [
         "kv_cache_usage_ratio",
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
     ]
     bucket = [a.name for a in alternatives("model_time_to_first_token_seconds_bucket")]
     assert "vllm:time_to_first_token_seconds_bucket" in bucket

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aivitals.alerts import default_pack
+from aivitals.alerts import default_pack, native_rule_group
 from aivitals.dashboards import build_dashboards
 from tests._paths import load_script
 from tests._servers import promtool
@@ -256,7 +256,9 @@ def test_generated_copies_are_current() -> None:
     for path, text in gen.generated().items():
         assert path.read_text() == text, f"{path.name} is stale: run python deploy/generate.py"
     rule = yaml.safe_load((BASE / "prometheusrule.yaml").read_text())
-    assert rule["spec"]["groups"] == yaml.safe_load(default_pack().text)["groups"]
+    native, *pack_groups = rule["spec"]["groups"]
+    assert native == native_rule_group(default_pack().params.evaluation_interval)
+    assert pack_groups == yaml.safe_load(default_pack().text)["groups"]
     maps = list(yaml.safe_load_all((BASE / "dashboards-configmaps.yaml").read_text()))
     docs = build_dashboards()
     import json

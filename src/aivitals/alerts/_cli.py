@@ -16,6 +16,7 @@ from ..tsdb import PrometheusBackend, RemoteConnection, remote_options
 from ._export import ExportTargets, export_pack
 from ._params import parse_param_pairs
 from ._promtest import run_promtool_tests
+from ._recording import NATIVE_RULE_FILE, native_rule_group
 from ._rules import default_pack, load_rules
 
 __all__ = ["alerts", "rules"]
@@ -51,7 +52,9 @@ def export(
     alertmanager: str,
     webhook_url: str,
 ) -> None:
-    """Write the rendered rule pack, a prometheus.yml and an alertmanager.yml into OUT."""
+    """Write the rendered rule pack, the native-name recording rules (vLLM, SGLang, DCGM,
+    node_exporter series under aivitals' names), a prometheus.yml and an alertmanager.yml
+    into OUT."""
     chosen = parse_param_pairs(params)
     named = {
         "sla_seconds": sla_seconds,
@@ -73,6 +76,8 @@ def export(
     n_alerts = len(pack.alert_names)
     n_rules = sum(len(g.rules) for g in pack.groups)
     click.echo(f"{n_rules} rules ({n_alerts} alerts) in {len(pack.groups)} groups")
+    n_native = len(native_rule_group(pack.params.evaluation_interval)["rules"])
+    click.echo(f"{n_native} recording rules for engine-native names in {NATIVE_RULE_FILE}")
 
 
 @rules.command("check")

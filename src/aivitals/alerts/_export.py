@@ -1,4 +1,5 @@
-"""``aivitals rules export``: the rule pack plus starting configs for Prometheus, Alertmanager."""
+"""``aivitals rules export``: the rule pack, the native-name recording rules, and starting
+configs for Prometheus and Alertmanager."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from ._recording import NATIVE_RULE_FILE, native_rules_text
 from ._rules import RulePack
 
 __all__ = ["ExportTargets", "alertmanager_config", "export_pack", "prometheus_config"]
@@ -37,14 +39,15 @@ class ExportTargets:
 
 
 def prometheus_config(pack: RulePack, targets: ExportTargets) -> str:
-    """prometheus.yml that scrapes the service and the agent and loads the rule pack."""
+    """prometheus.yml that scrapes the service and the agent and loads the rule pack and the
+    native-name recording rules."""
     p = pack.params
     doc = {
         "global": {
             "scrape_interval": p.scrape_interval,
             "evaluation_interval": p.evaluation_interval,
         },
-        "rule_files": [RULE_FILE],
+        "rule_files": [NATIVE_RULE_FILE, RULE_FILE],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [targets.alertmanager]}]}]},
         "scrape_configs": [
             {
@@ -95,11 +98,13 @@ def alertmanager_config(targets: ExportTargets) -> str:
 
 
 def export_pack(pack: RulePack, out: Path, targets: ExportTargets | None = None) -> list[Path]:
-    """Write the rule file, prometheus.yml and alertmanager.yml into ``out``."""
+    """Write the rule file, the native-name recording rules, prometheus.yml and
+    alertmanager.yml into ``out``."""
     chosen = targets or ExportTargets()
     out.mkdir(parents=True, exist_ok=True)
     files = {
         RULE_FILE: pack.text,
+        NATIVE_RULE_FILE: native_rules_text(pack),
         "prometheus.yml": prometheus_config(pack, chosen),
         "alertmanager.yml": alertmanager_config(chosen),
     }

@@ -26,6 +26,7 @@ import numpy as np
 import promql_parser
 
 from .. import signals
+from ..alerts import native_names, with_native
 from ..errors import BackendAuthError, BackendError, BackendTimeout, ConfigError
 from ..tsdb import Backend, QueryResult
 from ._detector import DetectorConfig, detect
@@ -236,6 +237,9 @@ class _Ctx:
     failures: int = 0
     dead: str | None = None
     skipped: int = 0
+    #: our sample names found only under an exporter's own names (a Prometheus that
+    #: scrapes vLLM or DCGM without the recording rules): every query reads them so
+    native: set[str] = field(default_factory=set)
 
     def may_query(self) -> bool:
         """False once the backend is given up on or the time budget is spent."""
@@ -344,11 +348,19 @@ def _filtered(s: _Series, op: str, n: float) -> _Series:
 def _range(ctx: _Ctx, expr: str) -> Any:
     """One range query in the backend's dialect: a QueryResult, or (arrays, warnings) from a
     backend that offers them (PrometheusBackend: no Python tuple per point)."""
-    sent = to_dialect(expr, ctx.dialect)
+    sent = _sent(ctx, expr)
     fast = getattr(ctx.backend, "query_range_arrays", None)
     if fast is not None:
         return fast(sent, ctx.start, ctx.end, ctx.step)
     return ctx.backend.query_range(sent, ctx.start, ctx.end, ctx.step)
+
+
+def _sent(ctx: _Ctx, expr: str) -> str:
+    """What goes to the backend: the expression with the samples found only under native
+    names read through them (``alerts.with_native``), in the backend's dialect."""
+    if ctx.native:
+        expr = with_native(expr, ctx.native, step=f"{round(ctx.step * 1000)}ms")
+    return to_dialect(expr, ctx.dialect)
 
 
 def _grid(ctx: _Ctx, expr: str, answer: Any) -> list[_Series]:
@@ -585,6 +597,20 @@ def _check_presence(ctx: _Ctx, sigs: Sequence[Signature], location: str | None =
     # a name the embedded store never saw needs no query
     asked = [n for n in sorted(names) if stored is None or n in stored]
     answers = _presence(ctx, asked, window, location)
+    # absent under our name: asked again through the exporters' own names, which then
+    # stand in for ours in every query (the store's names rule out most without asking)
+    again = [
+        n
+        for n in sorted(names)
+        if n not in answers
+        and (natives := native_names(n))
+        and (stored is None or not stored.isdisjoint(natives))
+    ]
+    if again:
+        ctx.native = set(again)
+        found = _presence(ctx, again, window, location)
+        ctx.native = set(found)
+        answers.update(found)
     missing: dict[str, list[str]] = {}
     for name in sorted(names):
         where = answers.get(name)
@@ -640,7 +666,7 @@ def _presence(
     exprs = [f"count{by} (last_over_time({n}[{window}]))" for n in names]
 
     def ask(expr: str) -> QueryResult:
-        return ctx.backend.query(to_dialect(expr, ctx.dialect), ctx.end)
+        return ctx.backend.query(_sent(ctx, expr), ctx.end)
 
     out: dict[str, set[str]] = {}
     for name, res in zip(names, _run_many(ctx, exprs, ask, "presence query"), strict=True):

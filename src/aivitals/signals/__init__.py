@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from ._aliases import ALIASES, alias_for, translate
+from ._aliases import ALIASES, DERIVED, FOREIGN_LABELS, alias_for, translate
 from ._catalogue import (
     FAST_BUCKETS,
     LATENCY_BUCKETS,
@@ -23,17 +23,20 @@ from ._catalogue import (
 from ._errors import ERROR_CODES, ErrorCode, ErrorInfo, classify_exception
 from ._prom import metric
 from ._sample import Sample
-from ._spec import Alias, Layer, MetricSpec, MetricType
+from ._spec import Alias, Derived, Layer, MetricSpec, MetricType
 
 __all__ = [
     "ALIASES",
+    "DERIVED",
     "ERROR_CODES",
     "FAST_BUCKETS",
+    "FOREIGN_LABELS",
     "LATENCY_BUCKETS",
     "METRICS",
     "SIZE_BUCKETS",
     "TOKEN_BUCKETS",
     "Alias",
+    "Derived",
     "ErrorCode",
     "ErrorInfo",
     "Layer",

@@ -3,14 +3,20 @@
 Engines rename their metrics between releases (vLLM's ``gpu_cache_usage_perc``
 became ``kv_cache_usage_perc``); the scrape path applies this table so a rule
 written against our names keeps working whatever the engine calls them.
-Sources: vLLM v1 metrics, TGI, Triton, DCGM exporter, OpenTelemetry GenAI
-semantic conventions (dots as emitted by OTel, underscores as the Prometheus
-exporter writes them).
+Sources: vLLM v1 metrics, SGLang, TGI, Triton, DCGM exporter, node_exporter,
+OpenTelemetry GenAI semantic conventions (dots as emitted by OTel, underscores
+as the Prometheus exporter writes them).
+
+A Prometheus that scrapes the engines directly never sees that path: the
+recording rules of ``aivitals rules export`` and the diagnosis's query
+fallback are generated from the same tables (``ALIASES``, ``DERIVED`` for
+series no single name maps to, ``FOREIGN_LABELS`` for labels spelt
+differently), so one edit here reaches all of them.
 """
 
 from __future__ import annotations
 
-from ._spec import Alias
+from ._spec import Alias, Derived
 
 _MIB = 1024.0 * 1024.0
 
@@ -136,6 +142,54 @@ ALIASES: tuple[Alias, ...] = (
     ),
     Alias("vllm:request_prompt_tokens", "model_input_tokens", "vllm", histogram=True),
     Alias("vllm:request_generation_tokens", "model_output_tokens", "vllm", histogram=True),
+    # --- vLLM: request phases, finish reason, engine steps ----------------------------
+    # names from vllm/v1/metrics/loggers.py and docs/design/metrics.md
+    Alias(
+        "vllm:request_prefill_time_seconds", "model_prefill_time_seconds", "vllm", histogram=True
+    ),
+    Alias("vllm:request_decode_time_seconds", "model_decode_time_seconds", "vllm", histogram=True),
+    Alias(
+        "vllm:request_success_total",
+        "model_requests_finished_total",
+        "vllm",
+        note="by finished_reason (stop, length, abort): our reason label",
+    ),
+    Alias(
+        "vllm:iteration_tokens_total",
+        "model_iteration_tokens",
+        "vllm",
+        histogram=True,
+        note="a histogram despite the _total suffix: tokens per engine step",
+    ),
+    # --- SGLang (docs/references/production_metrics.md) ---------------------------------
+    Alias("sglang:num_queue_reqs", "queue_length", "sglang", add_labels=(("queue", "engine"),)),
+    Alias("sglang:num_running_reqs", "model_inferences_in_progress", "sglang"),
+    Alias(
+        "sglang:token_usage",
+        "kv_cache_usage_ratio",
+        "sglang",
+        note="used KV-cache token slots over the pool's size, a 0-1 fraction",
+    ),
+    Alias(
+        "sglang:time_to_first_token_seconds",
+        "model_time_to_first_token_seconds",
+        "sglang",
+        histogram=True,
+    ),
+    Alias(
+        "sglang:time_per_output_token_seconds",
+        "model_time_per_output_token_seconds",
+        "sglang",
+        histogram=True,
+    ),
+    Alias(
+        "sglang:e2e_request_latency_seconds",
+        "http_request_duration_seconds",
+        "sglang",
+        histogram=True,
+    ),
+    Alias("sglang:prompt_tokens_total", "model_input_tokens_sum", "sglang"),
+    Alias("sglang:generation_tokens_total", "model_output_tokens_sum", "sglang"),
     # --- Hugging Face TGI -------------------------------------------------------------
     Alias("tgi_queue_size", "queue_length", "tgi", add_labels=(("queue", "engine"),)),
     Alias(
@@ -214,7 +268,70 @@ ALIASES: tuple[Alias, ...] = (
     ),
     Alias("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "gpu_pcie_tx_bytes_per_second", "dcgm", scale=1024.0),
     Alias("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "gpu_pcie_rx_bytes_per_second", "dcgm", scale=1024.0),
+    # --- node_exporter: memory, load, disk, network (not the per-core CPU: DERIVED) -----
+    # names as in node_exporter's collector/fixtures/e2e-output.txt
+    Alias("node_memory_MemTotal_bytes", "host_memory_total_bytes", "node"),
+    Alias("node_memory_MemAvailable_bytes", "host_memory_available_bytes", "node"),
+    Alias("node_memory_SwapTotal_bytes", "host_swap_total_bytes", "node"),
+    Alias("node_vmstat_pswpin", "host_swap_in_pages_total", "node"),
+    Alias("node_vmstat_pswpout", "host_swap_out_pages_total", "node"),
+    Alias("node_vmstat_oom_kill", "host_oom_kills_total", "node"),
+    Alias("node_load1", "host_load1", "node"),
+    Alias("node_load5", "host_load5", "node"),
+    Alias("node_load15", "host_load15", "node"),
+    Alias("node_disk_io_time_seconds_total", "host_disk_io_time_seconds_total", "node"),
+    Alias(
+        "node_disk_io_time_weighted_seconds_total",
+        "host_disk_io_time_weighted_seconds_total",
+        "node",
+    ),
+    Alias("node_disk_read_time_seconds_total", "host_disk_read_time_seconds_total", "node"),
+    Alias("node_disk_write_time_seconds_total", "host_disk_write_time_seconds_total", "node"),
+    Alias("node_disk_reads_completed_total", "host_disk_reads_completed_total", "node"),
+    Alias("node_disk_writes_completed_total", "host_disk_writes_completed_total", "node"),
+    Alias("node_network_receive_bytes_total", "host_network_receive_bytes_total", "node"),
+    Alias("node_network_transmit_bytes_total", "host_network_transmit_bytes_total", "node"),
+    Alias("node_network_receive_packets_total", "host_network_receive_packets_total", "node"),
+    Alias("node_network_transmit_packets_total", "host_network_transmit_packets_total", "node"),
+    Alias("node_network_receive_errs_total", "host_network_receive_errors_total", "node"),
+    Alias("node_network_transmit_errs_total", "host_network_transmit_errors_total", "node"),
+    Alias("node_network_receive_drop_total", "host_network_receive_drops_total", "node"),
+    Alias("node_network_transmit_drop_total", "host_network_transmit_drops_total", "node"),
+    Alias("node_netstat_Tcp_OutSegs", "host_tcp_out_segments_total", "node"),
+    Alias("node_netstat_Tcp_RetransSegs", "host_tcp_retransmitted_segments_total", "node"),
 )
+
+#: Our series that no single foreign name maps to, computed by a PromQL expression.
+DERIVED: tuple[Derived, ...] = (
+    # dcgm-exporter's default counters carry no total: used + free + reserved (reserved
+    # joined its default-counters.csv in 4.3.1-4.4.0; older configs lack it, hence the or)
+    Derived(
+        "gpu_memory_total_bytes",
+        "dcgm",
+        "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + DCGM_FI_DEV_FB_RESERVED"
+        " or DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE",
+        scale=_MIB,
+    ),
+    # node_exporter counts per core; our rules read the host's busy share (a sum over
+    # cores), so a single busy core must not read as a saturated host
+    Derived("host_cpu_seconds_total", "node", "sum without (cpu) (node_cpu_seconds_total)"),
+    Derived(
+        "host_swap_used_bytes",
+        "node",
+        "node_memory_SwapTotal_bytes - node_memory_SwapFree_bytes",
+    ),
+)
+
+#: Labels an engine spells differently: source -> our label -> its candidates, in order.
+#: A series that already carries our label keeps it (a target label set by the scrape
+#: config wins over an exporter's own idea of the host name). dcgm-exporter spells the
+#: host ``Hostname`` in its releases and ``hostname`` since its main branch renamed it.
+FOREIGN_LABELS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {"model": ("model_name",), "reason": ("finished_reason",)},
+    "sglang": {"model": ("model_name",)},
+    "dcgm": {"node": ("Hostname", "hostname")},
+    "node": {"interface": ("device",)},
+}
 
 _BY_FOREIGN: dict[str, Alias] = {a.foreign: a for a in ALIASES}
 

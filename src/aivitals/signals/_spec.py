@@ -67,3 +67,22 @@ class Alias:
     note: str = ""
     histogram: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """One of our series computed from several foreign ones, where no single name maps.
+
+    dcgm-exporter exports framebuffer used and free but no total; node_exporter counts
+    CPU time per core where we count it per host. ``expr`` is PromQL over foreign
+    instant selectors written as bare names (each gets the query's label matchers),
+    in the foreign unit; ``scale`` converts its result to ours. The agent's scrape
+    path translates line by line and cannot apply these: they serve the recording
+    rules and the diagnosis, which read a Prometheus.
+    """
+
+    ours: str
+    source: str
+    expr: str
+    scale: float = 1.0
+    note: str = ""
