@@ -159,9 +159,10 @@ class Agent:
     def metrics_text(self) -> str:
         return render(self.samples())
 
-    def collect_once(self) -> None:
-        """Run every collector once, now, on this thread (tests, ``aivitals collectors``)."""
-        now = time.time()
+    def collect_once(self, at: float | None = None) -> None:
+        """Run every collector once on this thread, its samples stamped ``at`` (default:
+        now) (tests, ``aivitals collectors``)."""
+        now = time.time() if at is None else at
         for c in self.collectors:
             self._run_collector(c, now)
         for s in self.scrapers:
