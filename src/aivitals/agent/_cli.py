@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +26,9 @@ from ._build import build_collectors
 from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration
 from ._exposition import render
 from ._rules import NotifyTarget, RulesCollector, attach_rules, shipped_rules, user_rules
+
+if TYPE_CHECKING:
+    from ..alerts import RuleGroup
 
 __all__ = ["agent", "collectors"]
 
@@ -162,14 +166,7 @@ def agent(
     notifiers: Sequence[object] = ()
     if rules_on:
         _, notifiers = attach_rules(the_agent, groups, files, notify=targets, collector=collector)
-        n_rules = sum(len(g.rules) for g in groups)
-        source = ", ".join(rule_files) or "the shipped pack"
-        sent = "; notify " + ", ".join(f"{t.kind}={t.url}" for t in targets) if targets else ""
-        click.echo(
-            f"rules: {n_rules} in {len(groups)} groups from {source}, "
-            f"every {config.scrape_interval:g} s{sent}",
-            err=True,
-        )
+        click.echo(_rules_line(groups, rule_files, targets, config.scrape_interval), err=True)
     elif no_rules:
         the_agent.rules_off_reason = "rules are off: the agent runs with --no-rules"
     if not config.exporter:
@@ -183,6 +180,18 @@ def agent(
                 flush(2.0)  # what fired last gets its chance to leave
             if callable(close):
                 close()
+
+
+def _rules_line(
+    groups: Sequence[RuleGroup],
+    rule_files: Sequence[str],
+    targets: Sequence[NotifyTarget],
+    every: float,
+) -> str:
+    n_rules = sum(len(g.rules) for g in groups)
+    source = ", ".join(rule_files) or "the shipped pack"
+    sent = "; notify " + ", ".join(f"{t.kind}={t.url}" for t in targets) if targets else ""
+    return f"rules: {n_rules} in {len(groups)} groups from {source}, every {every:g} s{sent}"
 
 
 def _rules_on(
