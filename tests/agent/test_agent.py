@@ -86,7 +86,8 @@ def test_post_with_a_bad_or_huge_form_is_refused(length: str, says: bytes) -> No
         ("GET", "/api/v1/query_range", {"query": "up", "start": 0, "end": 1e6, "step": 1}, 400),
         ("GET", "/api/v1/series", {}, 400),
         ("GET", "/nope", {}, 404),
-        ("GET", "/api/v1/alerts", {}, 404),  # no provider registered
+        ("GET", "/api/v1/diagnosis", {}, 404),  # no provider registered
+        ("GET", "/api/v1/rules", {"type": "alerts"}, 400),
         ("PUT", "/api/v1/query", {}, 405),
         ("DELETE", "/metrics", {}, 405),
         ("POST", "/metrics", {}, 405),
@@ -143,6 +144,71 @@ def test_alerts_and_diagnosis_providers() -> None:
             "status": "success",
             "data": {"shape": "gradual", "findings": ["gpu_memory_leak"]},
         }
+
+
+def test_without_a_rule_engine_alerts_and_rules_answer_empty_with_the_reason() -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        agent.rules_off_reason = "rules are off: a test says so"
+        for path, key in (("/api/v1/alerts", "alerts"), ("/api/v1/rules", "groups")):
+            body = httpx.get(agent.url + path, timeout=5).json()
+            assert body == {
+                "status": "success",
+                "data": {key: []},
+                "warnings": ["rules are off: a test says so"],
+            }
+
+
+_RULES = {
+    "groups": [
+        {
+            "name": "g",
+            "rules": [
+                {"name": "r:x", "type": "recording", "health": "ok"},
+                {"name": "XHigh", "type": "alerting", "alerts": [{"state": "firing"}]},
+            ],
+        },
+        {"name": "h", "rules": [{"name": "YLow", "type": "alerting", "alerts": []}]},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("params", "expect"),
+    [
+        ({}, {"g": ["r:x", "XHigh"], "h": ["YLow"]}),
+        ({"type": "alert"}, {"g": ["XHigh"], "h": ["YLow"]}),
+        ({"type": "record"}, {"g": ["r:x"]}),  # a group the filter empties is left out
+        ({"rule_name[]": ["YLow", "r:x"]}, {"g": ["r:x"], "h": ["YLow"]}),
+        ({"rule_group[]": "h"}, {"h": ["YLow"]}),
+    ],
+)
+def test_rules_are_filtered_as_prometheus_filters_them(
+    params: dict[str, object], expect: dict[str, list[str]]
+) -> None:
+    with Agent(cfg(), collectors=[Counting()]) as agent:
+        agent.set_rules_provider(lambda: _RULES)
+        body = httpx.get(agent.url + "/api/v1/rules", params=params, timeout=5).json()  # type: ignore[arg-type]
+        assert body["status"] == "success" and "warnings" not in body
+        got = {g["name"]: [r["name"] for r in g["rules"]] for g in body["data"]["groups"]}
+        assert got == expect
+        bare = httpx.get(
+            agent.url + "/api/v1/rules", params={"exclude_alerts": "true"}, timeout=5
+        ).json()
+        assert all("alerts" not in r for g in bare["data"]["groups"] for r in g["rules"])
+
+
+def test_the_agent_declares_its_gpu_backend_before_anything_runs(tmp_path: Path) -> None:
+    sim = Agent(cfg(gpu="sim", sim_gpu_dir=str(tmp_path), kernel_log=False))
+    none = Agent(cfg(), collectors=[Counting()])
+    assert (sim.gpu_backend, none.gpu_backend) == ("sim", "none")
+    sim.stop()  # never started: closes its collectors
+    none.start()
+    try:
+        # published by start() itself, not by the first scheduled run
+        assert 'aivitals_gpu_backend_info{backend="none"} 1' in none.metrics_text()
+        assert none.store.query("aivitals_gpu_backend_info").values() == [1.0]
+    finally:
+        none.stop()
 
 
 def test_hanging_and_raising_collectors_do_not_stop_the_others() -> None:

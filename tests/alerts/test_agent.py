@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import httpx
+import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from aivitals.agent import Agent, AgentConfig
-from aivitals.alerts import RuleEngine, load_rules
+from aivitals.alerts import RuleEngine, default_pack, load_rules
 from aivitals.cli import cli
+from aivitals.signals import Sample
 
 RULES = """
 groups:
@@ -46,5 +49,49 @@ def test_an_attached_engine_runs_on_the_agent_and_serves_its_alerts() -> None:
         result = CliRunner().invoke(cli, ["alerts", "--agent", agent.url])
         assert result.exit_code == 0, result.output
         assert "GPUMemoryFull" in result.output and "GPU 0 is 95% full" in result.output
+        # attach() serves the rules too
+        listed = CliRunner().invoke(cli, ["alerts", "--agent", agent.url, "--rules"])
+        assert listed.exit_code == 0, listed.output
+        assert "rules: 1 in 1 groups" in listed.output
+        assert "  gpu  every 0.2s" in listed.output
+        assert "firing   ok      alert  GPUMemoryFull" in listed.output
+        assert "for 0s, 1 active" in listed.output
     finally:
         agent.stop()
+
+
+class _SilentGpu:
+    """A GPU collector whose backend loaded but reports nothing (a driver gone wrong)."""
+
+    name = "gpu"
+    backend = SimpleNamespace(name="nvml")
+
+    def collect(self) -> list[Sample]:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("collectors", "fires"),
+    [([], False), ([_SilentGpu()], True)],
+    ids=["gpu-none", "gpu-expected-and-silent"],
+)
+def test_gpu_metrics_absent_pages_only_where_the_agent_runs_a_gpu_collector(
+    collectors: list[object], fires: bool
+) -> None:
+    """The shipped pack on a real agent's store: with no GPU collector the agent declares
+    backend none and GPUMetricsAbsent stays inactive through its whole for: 2m; with one
+    that reports nothing it pages, labelled with the backend."""
+    agent = Agent(
+        AgentConfig(listen="127.0.0.1:0", gpu="none", kernel_log=False), collectors=collectors
+    )  # type: ignore[arg-type]
+    engine = RuleEngine(agent.store, default_pack(), registry=CollectorRegistry())
+    now = time.time()
+    for step in range(10):  # 2m15s of collections and evaluations, 15 s apart
+        agent.collect_once(now + 15.0 * step)
+        engine.evaluate(now + 15.0 * step)
+    gpu = [e for e in engine.active() if e.alertname == "GPUMetricsAbsent"]
+    if fires:
+        assert [(e.state, e.labels["backend"]) for e in gpu] == [("firing", "nvml")]
+    else:
+        assert gpu == []
+        assert not [e for e in engine.history() if e.alertname == "GPUMetricsAbsent"]

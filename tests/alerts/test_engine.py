@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from aivitals.alerts import AlertEvent, RuleEngine, default_pack, load_rules
+from aivitals.alerts._engine import api_alert
 from aivitals.errors import BackendError, QueryError
 from aivitals.tsdb import InstantSample, QueryResult, Store
 
@@ -302,8 +303,69 @@ def test_attach_runs_each_group_on_the_agents_clock() -> None:
     assert set(agent.jobs) == {f"rules:{g.name}" for g in engine.groups}
     assert {interval for interval, _ in agent.jobs.values()} == {15.0}
     agent.jobs["rules:aivitals-service"][1](1000.0)
-    assert agent.provider is not None
+    assert agent.provider is not None  # an agent without set_rules_provider still works
     assert any(a["alertname"] == "QueueBacklog" for a in agent.provider()["alerts"])  # type: ignore[index]
+
+
+def test_rules_json_has_prometheus_fields_states_and_health() -> None:
+    store = _store([1] * 4 + [20] * 12)
+    engine = RuleEngine(
+        store, load_rules(RULES), registry=CollectorRegistry(), files={"g": "/etc/x.yml"}
+    )
+    (never,) = engine.rules_json()["groups"]  # type: ignore[attr-defined]
+    assert never["lastEvaluation"] == "0001-01-01T00:00:00Z"
+    assert {r["health"] for r in never["rules"]} == {"unknown"}
+    _run(engine, 90)  # XHigh pending since 60 s
+    (group,) = engine.rules_json()["groups"]  # type: ignore[attr-defined]
+    assert (group["name"], group["file"], group["interval"], group["limit"]) == (
+        "g",
+        "/etc/x.yml",
+        15.0,
+        0,
+    )
+    assert group["lastEvaluation"] == "1970-01-01T00:01:30Z"
+    record, high, held = group["rules"]
+    assert record == {
+        "name": "job:x:sum",
+        "query": "sum by (job) (x)",
+        "labels": {},
+        "health": "ok",
+        "lastError": "",
+        "evaluationTime": record["evaluationTime"],
+        "lastEvaluation": "1970-01-01T00:01:30Z",
+        "type": "recording",
+    }
+    assert (high["type"], high["state"], high["duration"], high["keepFiringFor"]) == (
+        "alerting",
+        "pending",
+        60.0,
+        0.0,
+    )
+    assert high["labels"]["team"] == "{{ $labels.job }}-team"  # the rule's, not rendered
+    (alert,) = high["alerts"]
+    assert alert["labels"]["team"] == "svc-team" and alert["state"] == "pending"
+    assert (alert["activeAt"], alert["value"]) == ("1970-01-01T00:01:00Z", "2e+01")
+    assert (held["state"], held["keepFiringFor"]) == ("firing", 45.0)  # no for: fires at once
+
+
+def test_a_failing_rule_reports_err_and_its_error() -> None:
+    def answer(expr: str, at: float) -> list[InstantSample]:
+        raise QueryError("bad data")
+
+    engine = RuleEngine(Scripted(answer), load_rules(RULES), registry=CollectorRegistry())
+    engine.evaluate(0)
+    (group,) = engine.rules_json()["groups"]  # type: ignore[attr-defined]
+    assert {(r["health"], r["lastError"]) for r in group["rules"]} == {("err", "bad data")}
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.93, "9.3e-01"), (1.0, "1e+00"), (-1234.5, "-1.2345e+03"), (0.0, "0e+00"),
+     (math.nan, "NaN"), (math.inf, "+Inf"), (1e-7, "1e-07")],
+)  # fmt: skip
+def test_alert_values_are_written_as_prometheus_writes_them(value: float, text: str) -> None:
+    event = AlertEvent("A", {"alertname": "A"}, {}, "firing", 0.0, 0.0, None, value)
+    assert api_alert(event)["value"] == text
 
 
 def test_unknown_group_is_an_error() -> None:

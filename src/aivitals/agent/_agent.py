@@ -51,6 +51,9 @@ class Agent:
         self._store: Store | None = (
             None if cfg.exporter else Store(retention=cfg.retention, max_series=cfg.max_series)
         )
+        #: the GPU backend this agent runs, exported as aivitals_gpu_backend_info so that
+        #: GPUMetricsAbsent (here or on a Prometheus) stays quiet on a machine without one
+        self.gpu_backend = _gpu_backend(self.collectors)
         self.scrapers = [
             Scraper(t.url, job=t.job, timeout=cfg.scrape_timeout, max_bytes=cfg.scrape_max_bytes)
             for t in cfg.scrape
@@ -68,6 +71,9 @@ class Agent:
         self._collector_jobs: list[tuple[Collector, Job]] = []
         self._periodic: list[Job] = []
         self.alerts_provider: Callable[[], Any] | None = None
+        self.rules_provider: Callable[[], Any] | None = None
+        #: what /api/v1/alerts and /api/v1/rules say while no rule engine serves them
+        self.rules_off_reason = "no rule engine runs in this agent: it evaluates no rules"
         self.diagnosis_provider: Callable[[], Any] | None = None
         self._server: Any = None
         self.started = False
@@ -105,6 +111,10 @@ class Agent:
     def set_alerts_provider(self, fn: Callable[[], Any]) -> None:
         """``fn()`` answers ``/api/v1/alerts``: a list of alert events (or a JSON-able dict)."""
         self.alerts_provider = fn
+
+    def set_rules_provider(self, fn: Callable[[], Any]) -> None:
+        """``fn()`` answers ``/api/v1/rules``: ``{"groups": [...]}`` in Prometheus's shape."""
+        self.rules_provider = fn
 
     def set_diagnosis_provider(self, fn: Callable[[], Any]) -> None:
         """``fn()`` answers ``/api/v1/diagnosis``: an object with ``to_json()`` or a dict."""
@@ -149,9 +159,10 @@ class Agent:
     def metrics_text(self) -> str:
         return render(self.samples())
 
-    def collect_once(self) -> None:
-        """Run every collector once, now, on this thread (tests, ``aivitals collectors``)."""
-        now = time.time()
+    def collect_once(self, at: float | None = None) -> None:
+        """Run every collector once on this thread, its samples stamped ``at`` (default:
+        now) (tests, ``aivitals collectors``)."""
+        now = time.time() if at is None else at
         for c in self.collectors:
             self._run_collector(c, now)
         for s in self.scrapers:
@@ -169,6 +180,8 @@ class Agent:
         host, port = parse_listen(self.config.listen, allow_remote=self.config.allow_remote)
         self._server = serve(self, host, port)
         interval = self.config.interval
+        # the agent's own series (its GPU backend among them) exist before anything runs
+        self._run_self(time.time())
         for c in self.collectors:
             job = Job(f"collect-{c.name}", interval, self._collector_fn(c))
             self._collector_jobs.append((c, job))
@@ -183,7 +196,9 @@ class Agent:
             job.start(self._stop)
         self._jobs["self"].start(self._stop, first_delay=interval / 2)
         for job in self._periodic:
-            job.start(self._stop)
+            # one collector period later: the first rule evaluation sees the collectors'
+            # first samples, instead of paging absent() rules on a store still empty
+            job.start(self._stop, first_delay=interval)
         self.started = True
         threading.Thread(target=self._mark_ready, daemon=True, name="aivitals-ready").start()
 
@@ -288,7 +303,7 @@ class Agent:
 
     def _run_self(self, now: float) -> None:
         self._check_hung(now)
-        out: list[Sample] = []
+        out = [Sample("aivitals_gpu_backend_info", {"backend": self.gpu_backend}, 1.0)]
         if self._store is not None:
             out.append(Sample("aivitals_tsdb_series", {}, float(self._store.series_count)))
             out.append(Sample("aivitals_tsdb_samples_appended_total", {}, float(self._appended)))
@@ -332,3 +347,11 @@ class Agent:
         with self._lock:
             self._appended += stats.appended
             self._rejected.update(stats.rejected)
+
+
+def _gpu_backend(collectors: Sequence[Collector]) -> str:
+    """The backend of the GPU collector (nvml, smi, sim), or "none" when there is none."""
+    for c in collectors:
+        if c.name == "gpu":
+            return str(getattr(getattr(c, "backend", None), "name", None) or "other")
+    return "none"

@@ -11,17 +11,24 @@ import dataclasses
 import json
 import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from ..collect import BaseCollector, Collector
+from ..errors import ConfigError
 from ..signals import Sample
 from ._agent import Agent
 from ._build import build_collectors
 from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration
 from ._exposition import render
+from ._rules import NotifyTarget, RulesCollector, attach_rules, shipped_rules, user_rules
+
+if TYPE_CHECKING:
+    from ..alerts import RuleGroup
 
 __all__ = ["agent", "collectors"]
 
@@ -66,6 +73,30 @@ __all__ = ["agent", "collectors"]
     "directory DIR (/var/log/pods) or its read-only port URL (http://127.0.0.1:10255/pods). "
     "Without it, a process in a pod gets its pod_uid label only.",
 )
+@click.option(
+    "--rules",
+    "rule_files",
+    multiple=True,
+    metavar="FILE",
+    help="Evaluate this Prometheus rule file instead of the shipped pack (repeat). "
+    "A file that does not load stops the agent before it starts.",
+)
+@click.option("--no-rules", is_flag=True, help="Evaluate no rules (the alert API answers empty).")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A parameter of the shipped pack (aivitals rules export --help lists them; repeat).",
+)
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="KIND=URL",
+    help="Send alerts to alertmanager=URL (its v2 API) or webhook=URL (Alertmanager's "
+    "webhook body) (repeat).",
+)
 def agent(
     listen: str,
     allow_remote: bool,
@@ -83,11 +114,26 @@ def agent(
     probes: tuple[str, ...],
     probe_timeout: str | None,
     kubelet_pods: str | None,
+    rule_files: tuple[str, ...],
+    no_rules: bool,
+    params: tuple[str, ...],
+    notify: tuple[str, ...],
 ) -> None:
-    """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API.
+    """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API;
+    evaluate the alert rules (the shipped pack unless --rules or --no-rules).
 
-    Listens on 127.0.0.1 unless --allow-remote; the API is read-only.
+    Listens on 127.0.0.1 unless --allow-remote; the API is read-only. Rules are
+    evaluated every --scrape-interval; alerts are on /api/v1/alerts, rules on
+    /api/v1/rules (aivitals alerts, aivitals alerts --rules).
     """
+    from ..alerts import parse_param_pairs
+
+    targets = [NotifyTarget.parse(n) for n in notify]
+    rules_on = _rules_on(
+        exporter=exporter, no_rules=no_rules, rule_files=rule_files, params=params, notify=notify
+    )
+    pack_params = parse_param_pairs(params)
+    collector = RulesCollector() if rules_on else None
     config = AgentConfig(
         listen=listen,
         allow_remote=allow_remote,
@@ -107,11 +153,71 @@ def agent(
             None if probe_timeout is None else parse_duration("probe-timeout", probe_timeout)
         ),
         kubelet_pods=kubelet_pods or None,
+        extra_collectors=() if collector is None else (collector,),
     )
+    if rules_on:
+        # loaded before anything starts: a bad file stops the agent here
+        groups, files = (
+            user_rules(rule_files)
+            if rule_files
+            else shipped_rules(config.scrape_interval, pack_params)
+        )
     the_agent = Agent(config)
+    notifiers: Sequence[object] = ()
+    if rules_on:
+        _, notifiers = attach_rules(the_agent, groups, files, notify=targets, collector=collector)
+        click.echo(_rules_line(groups, rule_files, targets, config.scrape_interval), err=True)
+    elif no_rules:
+        the_agent.rules_off_reason = "rules are off: the agent runs with --no-rules"
     if not config.exporter:
         the_agent.serve_diagnosis()  # /api/v1/diagnosis: its own store, with memory
-    run_until_signal(the_agent)
+    try:
+        run_until_signal(the_agent)
+    finally:
+        for n in notifiers:
+            flush, close = getattr(n, "flush", None), getattr(n, "close", None)
+            if callable(flush):
+                flush(2.0)  # what fired last gets its chance to leave
+            if callable(close):
+                close()
+
+
+def _rules_line(
+    groups: Sequence[RuleGroup],
+    rule_files: Sequence[str],
+    targets: Sequence[NotifyTarget],
+    every: float,
+) -> str:
+    n_rules = sum(len(g.rules) for g in groups)
+    source = ", ".join(rule_files) or "the shipped pack"
+    sent = "; notify " + ", ".join(f"{t.kind}={t.url}" for t in targets) if targets else ""
+    return f"rules: {n_rules} in {len(groups)} groups from {source}, every {every:g} s{sent}"
+
+
+def _rules_on(
+    *,
+    exporter: bool,
+    no_rules: bool,
+    rule_files: tuple[str, ...],
+    params: tuple[str, ...],
+    notify: tuple[str, ...],
+) -> bool:
+    """Whether the agent evaluates rules; ConfigError for options that contradict."""
+    given = [
+        flag
+        for flag, values in (("--rules", rule_files), ("--param", params), ("--notify", notify))
+        if values
+    ]
+    if exporter and given:
+        raise ConfigError(
+            f"{given[0]}: the exporter keeps no store to evaluate rules on; let Prometheus "
+            "evaluate them (aivitals rules export)"
+        )
+    if no_rules and given:
+        raise ConfigError(f"{given[0]}: contradicts --no-rules")
+    if rule_files and params:
+        raise ConfigError("--param: sets the shipped pack's parameters, not those of --rules")
+    return not (exporter or no_rules)
 
 
 def _probes(given: tuple[str, ...]) -> dict[str, str]:

@@ -4,8 +4,9 @@
 agent's store, alerts and diagnosis), ``/metrics`` (text exposition),
 ``/api/v1/query``, ``/api/v1/query_range``,
 ``/api/v1/labels``, ``/api/v1/label/<name>/values``, ``/api/v1/series`` in the
-Prometheus API's JSON, ``/api/v1/alerts`` and ``/api/v1/diagnosis`` from the
-providers other parts register, ``/-/ready`` and ``/-/healthy``. Nothing here
+Prometheus API's JSON, ``/api/v1/alerts``, ``/api/v1/rules`` and ``/api/v1/diagnosis``
+from the providers other parts register (without a rule engine the first two answer
+an empty document and a warning saying so), ``/-/ready`` and ``/-/healthy``. Nothing here
 changes state; methods other than GET/POST (POST only for the query forms,
 as Prometheus allows) are refused.
 """
@@ -38,6 +39,7 @@ __all__ = ["result_json", "serve"]
 log = logging.getLogger("aivitals.agent.http")
 _POST_PATHS = ("/api/v1/query", "/api/v1/query_range", "/api/v1/series")
 _MAX_FORM = 1 << 20  # a POSTed query form larger than 1 MiB is refused
+_RULE_TYPES = {"alert": "alerting", "record": "recording"}
 
 
 class _BadRequest(Exception):
@@ -239,6 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/api/v1/labels": self._labels,
             "/api/v1/series": self._series,
             "/api/v1/alerts": self._alerts,
+            "/api/v1/rules": self._rules,
             "/api/v1/diagnosis": self._diagnosis,
         }
         if path in api:
@@ -314,15 +317,67 @@ class _Handler(BaseHTTPRequestHandler):
                 seen.setdefault(tuple(sorted(s.labels.items())), dict(s.labels))
         self._json(HTTPStatus.OK, {"status": "success", "data": list(seen.values())})
 
+    def _rules_off(self, data: dict[str, Any]) -> None:
+        # Not a 404: an agent without rules is a valid state, and a client that lists
+        # alerts should get none, with the reason, rather than an error.
+        warning = self.agent.rules_off_reason
+        self._json(HTTPStatus.OK, {"status": "success", "data": data, "warnings": [warning]})
+
     def _alerts(self, params: dict[str, list[str]]) -> None:
+        if self.agent.alerts_provider is None:
+            self._rules_off({"alerts": []})
+            return
         data = _provided(self.agent.alerts_provider, "alerts")
         if not isinstance(data, Mapping):
             data = {"alerts": [_alert_json(a) for a in data]}
         self._json(HTTPStatus.OK, {"status": "success", "data": data})
 
+    def _rules(self, params: dict[str, list[str]]) -> None:
+        kind = self._one(params, "type")
+        if kind not in (None, "", *_RULE_TYPES):
+            raise _BadRequest(f"type={kind!r}: expected alert or record")
+        if self.agent.rules_provider is None:
+            self._rules_off({"groups": []})
+            return
+        data = _provided(self.agent.rules_provider, "rules")
+        data = _filter_rules(
+            data,
+            kind=_RULE_TYPES.get(kind or ""),
+            names=set(params.get("rule_name[]") or ()),
+            groups=set(params.get("rule_group[]") or ()),
+            exclude_alerts=(self._one(params, "exclude_alerts") or "").lower() == "true",
+        )
+        self._json(HTTPStatus.OK, {"status": "success", "data": data})
+
     def _diagnosis(self, params: dict[str, list[str]]) -> None:
         data = _provided(self.agent.diagnosis_provider, "diagnosis")
         self._json(HTTPStatus.OK, {"status": "success", "data": data})
+
+
+def _filter_rules(
+    data: Mapping[str, Any],
+    *,
+    kind: str | None,
+    names: set[str],
+    groups: set[str],
+    exclude_alerts: bool,
+) -> dict[str, Any]:
+    """``/api/v1/rules`` filtered as Prometheus does: by ``type``, ``rule_name[]`` and
+    ``rule_group[]``, alerts left out on ``exclude_alerts``; a group left with no rule by
+    a filter is left out."""
+    filtered = bool(kind or names or groups)
+    out = []
+    for g in data.get("groups", []):
+        if groups and g.get("name") not in groups:
+            continue
+        rules = [
+            {k: v for k, v in r.items() if not (exclude_alerts and k == "alerts")}
+            for r in g.get("rules", [])
+            if (kind is None or r.get("type") == kind) and (not names or r.get("name") in names)
+        ]
+        if rules or not filtered:
+            out.append({**g, "rules": rules})
+    return {"groups": out}
 
 
 def serve(agent: Agent, host: str, port: int) -> ThreadingHTTPServer:

@@ -110,7 +110,8 @@ def test(promtool: str | None) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _fetch(base: str, path: str, connection: RemoteConnection) -> Any:
+def _fetch(base: str, path: str, connection: RemoteConnection) -> tuple[Any, list[str]]:
+    """The ``data`` of a Prometheus API answer, and its ``warnings``."""
     with PrometheusBackend(base, connection=connection) as server:
         try:
             response = server.get(path)
@@ -121,7 +122,9 @@ def _fetch(base: str, path: str, connection: RemoteConnection) -> Any:
     if response.status_code != 200:
         raise BackendError(f"{base}{path} answered HTTP {response.status_code}")
     body = response.json()
-    return body.get("data", body) if isinstance(body, dict) else body
+    if not isinstance(body, dict):
+        return body, []
+    return body.get("data", body), [str(w) for w in body.get("warnings") or []]
 
 
 def _ago(ts: Any, now: float) -> str:
@@ -156,21 +159,67 @@ def _from_prometheus(data: Any) -> dict[str, Any]:
     return {"alerts": out, "history": []}
 
 
+def _seconds(value: Any) -> str:
+    return f"{value:g}s" if isinstance(value, int | float) else "-"
+
+
+def _rule_line(r: dict[str, Any]) -> str:
+    alerting = r.get("type") == "alerting"
+    state = r.get("state", "?") if alerting else "-"
+    kind = "alert" if alerting else "record"
+    extra = (
+        f"for {_seconds(r.get('duration'))}, {len(r.get('alerts') or [])} active"
+        if alerting
+        else ""
+    )
+    error = r.get("lastError") or ""
+    return f"{state:<8} {r.get('health', '?'):<7} {kind:<6} {r.get('name', '?'):<34} {extra}" + (
+        f"  error: {error}" if error else ""
+    )
+
+
+def _print_rules(data: Any) -> None:
+    groups = data.get("groups", []) if isinstance(data, dict) else []
+    n = sum(len(g.get("rules", [])) for g in groups)
+    click.echo(f"rules: {n} in {len(groups)} groups")
+    for g in groups:
+        click.echo(
+            f"  {g.get('name', '?')}  every {_seconds(g.get('interval'))}  {g.get('file', '')}"
+        )
+        for r in g.get("rules", []):
+            click.echo("    " + _rule_line(r))
+
+
 @click.command("alerts")
 @click.option("--agent", "agent", default="http://127.0.0.1:9464", show_default=True)
 @click.option("--prometheus", "prometheus", default=None, help="Ask a Prometheus instead.")
+@click.option(
+    "--rules", "show_rules", is_flag=True, help="List the rules: state, health, last error."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
 @click.option("--recent", default=20, show_default=True, help="How many recent transitions.")
 @remote_options
 def alerts(
-    agent: str, prometheus: str | None, as_json: bool, recent: int, connection: RemoteConnection
+    agent: str,
+    prometheus: str | None,
+    show_rules: bool,
+    as_json: bool,
+    recent: int,
+    connection: RemoteConnection,
 ) -> None:
-    """List active alerts and recent transitions from an agent (or a Prometheus)."""
-    data = _fetch(prometheus or agent, "/api/v1/alerts", connection)
-    if prometheus:
+    """List active alerts and recent transitions (or, with --rules, the rules) from an
+    agent or a Prometheus."""
+    path = "/api/v1/rules" if show_rules else "/api/v1/alerts"
+    data, warnings = _fetch(prometheus or agent, path, connection)
+    if prometheus and not show_rules:
         data = _from_prometheus(data)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    for w in warnings:
+        click.echo(f"note: {w}")
+    if show_rules:
+        _print_rules(data)
         return
     now = time.time()
     active = data.get("alerts", [])

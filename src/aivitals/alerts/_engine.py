@@ -28,6 +28,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Literal, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry
@@ -38,7 +40,7 @@ from ..tsdb import Backend, InstantSample
 from ._rules import AlertingRule, RecordingRule, RuleGroup, RulePack
 from ._template import Template
 
-__all__ = ["AlertEvent", "AlertState", "Notifier", "RuleEngine", "RuleHealth"]
+__all__ = ["AlertEvent", "AlertState", "Notifier", "RuleEngine", "RuleHealth", "api_alert"]
 
 log = logging.getLogger("aivitals.alerts")
 
@@ -51,6 +53,8 @@ STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 _DUPLICATE = "vector contains metrics with the same labelset after applying alert labels"
 #: How long a resolved alert is kept (and re-sent as resolved), as in Prometheus.
 RESOLVED_RETENTION = 15 * 60.0
+#: Go's zero time: what Prometheus's API writes for a rule never evaluated.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,45 @@ class AlertEvent:
             "resolved_at": self.resolved_at,
             "value": None if math.isnan(self.value) else self.value,
         }
+
+
+def _rfc3339(ts: float | None) -> str:
+    if ts is None:
+        return _ZERO_TIME
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _go_exp(v: float) -> str:
+    """``strconv.FormatFloat(v, 'e', -1, 64)``: how Prometheus's API writes an alert's value."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == 0:
+        return "0e+00"
+    sign, digits, exp = Decimal(repr(v)).normalize().as_tuple()
+    assert isinstance(exp, int)
+    text = "".join(map(str, digits))
+    power = len(text) + exp - 1
+    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+
+
+def api_alert(e: AlertEvent) -> dict[str, object]:
+    """An alert as Prometheus's ``/api/v1/alerts`` writes it (labels, annotations, state,
+    activeAt, value), with the engine's epoch times beside it: ``aivitals alerts``, the
+    console and the diagnosis read ``alertname``, ``active_at``, ``fired_at``."""
+    return {
+        "labels": dict(e.labels),
+        "annotations": dict(e.annotations),
+        "state": e.state,
+        "activeAt": _rfc3339(e.active_at),
+        "value": _go_exp(e.value),
+        "alertname": e.alertname,
+        "active_at": e.active_at,
+        "fired_at": e.fired_at,
+        "resolved_at": e.resolved_at,
+    }
 
 
 @runtime_checkable
@@ -178,7 +221,8 @@ class RuleEngine:
     ``resend_delay`` is how often firing alerts are re-sent to notifiers (1m, as
     Prometheus' ``--rules.alert.resend-delay``); ``history_limit`` bounds the kept
     transitions; ``write_back`` stores recorded series and ``ALERTS`` when the backend
-    can append samples (None: whenever it can).
+    can append samples (None: whenever it can). ``files`` names the file each group came
+    from (group name -> path), as ``/api/v1/rules`` reports it.
     """
 
     def __init__(
@@ -194,6 +238,7 @@ class RuleEngine:
         write_back: bool | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        files: Mapping[str, str] | None = None,
     ) -> None:
         self.backend = backend
         self.groups: tuple[RuleGroup, ...] = tuple(
@@ -217,6 +262,10 @@ class RuleEngine:
         self._health: dict[tuple[str, str], RuleHealth] = {}
         self._history: deque[AlertEvent] = deque(maxlen=history_limit)
         self._last_eval: dict[str, float] = {}
+        self._eval_took: dict[str, float] = {}
+        self.files = dict(files or {})
+        #: the period of a group without its own interval (set by ``attach``)
+        self.default_interval = 15.0
         self.write_errors = 0
         self._gauge_keys: set[tuple[str, str, str]] = set()
         self._firing_gauge = signals.metric("aivitals_alerts_firing", registry=registry)
@@ -255,10 +304,12 @@ class RuleEngine:
                 events, send = self._alert(rule, samples, ts, group)
             out.extend(events)
             to_send.extend(send)
+        took = time.perf_counter() - started
         with self._lock:
             self._last_eval[name] = ts
+            self._eval_took[name] = took
             self._update_firing_gauge()
-        self._eval_gauge.labels(group=name).set(time.perf_counter() - started)  # type: ignore[attr-defined]
+        self._eval_gauge.labels(group=name).set(took)  # type: ignore[attr-defined]
         if to_send:
             for notifier in self.notifiers:
                 try:
@@ -506,7 +557,7 @@ class RuleEngine:
     def snapshot(self) -> dict[str, object]:
         """What ``/api/v1/alerts`` serves: active alerts and recent history, JSON-ready."""
         return {
-            "alerts": [e.to_dict() for e in self.active()],
+            "alerts": [api_alert(e) for e in self.active()],
             "history": [e.to_dict() for e in self.history()[-200:]],
             "rules": [
                 {
@@ -520,14 +571,49 @@ class RuleEngine:
             ],
         }
 
+    def rules_json(self) -> dict[str, object]:
+        """What ``/api/v1/rules`` serves: every group and rule with its state, health and
+        alerts, in Prometheus's shape (durations in seconds, times in RFC 3339)."""
+        with self._lock:
+            health = {(h.group, h.rule): replace(h) for h in self._health.values()}
+            alerts = {
+                key: [
+                    api_alert(_event(a, st.rule, _public_state(a)))
+                    for a in st.active.values()
+                    if a.state != "inactive"
+                ]
+                for key, st in self._states.items()
+            }
+            last, took = dict(self._last_eval), dict(self._eval_took)
+        groups = []
+        for g in self.groups:
+            rules = [_rule_json(r, health.get((g.name, r.name)), alerts) for r in g.rules]
+            groups.append(
+                {
+                    "name": g.name,
+                    "file": self.files.get(g.name, ""),
+                    "rules": rules,
+                    "interval": g.interval or self.default_interval,
+                    "limit": g.limit,
+                    "evaluationTime": took.get(g.name, 0.0),
+                    "lastEvaluation": _rfc3339(last.get(g.name)),
+                }
+            )
+        return {"groups": groups}
+
     # --- scheduling -------------------------------------------------------------------
 
     def attach(self, agent: _Scheduler, *, default_interval: float = 15.0) -> None:
-        """Run every group on the agent's clock and serve alerts from its HTTP API."""
+        """Run every group on the agent's clock and serve alerts (and, where the agent
+        takes it, the rules) from its HTTP API."""
+        self.default_interval = default_interval
         for group in self.groups:
             interval = group.interval or default_interval
             agent.add_periodic(f"rules:{group.name}", interval, self._job(group.name))
         agent.set_alerts_provider(self.snapshot)
+        set_rules = getattr(agent, "set_rules_provider", None)
+        if callable(set_rules):
+            set_rules(self.rules_json)
 
     def _job(self, name: str) -> Callable[[float], None]:
         def run(ts: float) -> None:
@@ -543,3 +629,39 @@ class _Scheduler(Protocol):
     def add_periodic(self, name: str, interval: float, fn: Callable[[float], None]) -> None: ...
 
     def set_alerts_provider(self, fn: Callable[[], object]) -> None: ...
+
+
+def _rule_json(
+    rule: AlertingRule | RecordingRule,
+    health: RuleHealth | None,
+    alerts: Mapping[tuple[str, str], list[dict[str, object]]],
+) -> dict[str, object]:
+    """One rule of ``/api/v1/rules``: Prometheus's AlertingRule or RecordingRule."""
+    status: dict[str, object] = {
+        "health": "unknown" if health is None else "ok" if health.error is None else "err",
+        "lastError": "" if health is None or health.error is None else health.error,
+        "evaluationTime": 0.0 if health is None else health.duration,
+        "lastEvaluation": _rfc3339(None if health is None else health.last_evaluation),
+    }
+    if isinstance(rule, RecordingRule):
+        return {
+            "name": rule.record,
+            "query": rule.expr,
+            "labels": dict(rule.labels),
+            **status,
+            "type": "recording",
+        }
+    active = alerts.get((rule.group, rule.alert), [])
+    states = {a["state"] for a in active}
+    return {
+        "state": "firing" if "firing" in states else "pending" if states else "inactive",
+        "name": rule.alert,
+        "query": rule.expr,
+        "duration": rule.for_,
+        "keepFiringFor": rule.keep_firing_for,
+        "labels": {k: t.source for k, t in rule.labels.items()},
+        "annotations": {k: t.source for k, t in rule.annotations.items()},
+        "alerts": active,
+        **status,
+        "type": "alerting",
+    }

@@ -715,6 +715,15 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         ("job", "instance", "reason"),
         "Failed scrapes by reason (timeout, refused, too_large, parse).",
     ),
+    (
+        "aivitals_gpu_backend_info",
+        INFO,
+        "",
+        SERVICE,
+        ("backend",),
+        "The GPU backend the agent runs: nvml, smi, sim (simulated), or none (no GPU "
+        "collector: GPUMetricsAbsent stays quiet for it).",
+    ),
     ("aivitals_tsdb_series", G, "series", SERVICE, (), "Series in the embedded store."),
     (
         "aivitals_tsdb_samples_appended_total",
