@@ -499,9 +499,10 @@ class RemoteSource:
                     for r in g.get("rules", [])
                     if r.get("type") == "alerting"
                 ]
+                # an agent run with --no-rules lists none: the shipped pack's thresholds
                 self._rules = rule_thresholds(rows) if rows else _default_rules()
             except (LookupError, BackendError):
-                self._rules = _default_rules()  # an agent has no /api/v1/rules
+                self._rules = _default_rules()  # an older agent, without /api/v1/rules
         return self._rules
 
     def alerts(self) -> dict[str, Any]:
