@@ -539,16 +539,14 @@ def test_firings_carry_severity_resolve_time_and_the_planned_reload() -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(tmp_path: Path) -> None:
     """``aivitals validate --quick --soak 5m`` as a user runs it: it soaks the whole time,
     the planned reload comes back, no request errs, no P0/P1 alert fires, and the machine
-    is left as it was found (processes, temp dirs). The rest of the verdict (every poll
-    healthy) is measured and printed on the terminal, not enforced. The P0/P1 count can
-    be enforced because the swing's peak is sized at the utilization: a peak that asks
-    75 % of the probe saturates the two workers for short, true spells (docs/history.md,
-    "Soak", lists every soak measured)."""
+    is left as it was found (processes, temp dirs), and the soak passes its own verdict:
+    every diagnosis poll healthy. The P0/P1 count can be enforced because the swing's
+    peak is sized at the utilization: a peak that asks 75 % of the probe saturates the
+    two workers for short, true spells (docs/history.md, "Soak", lists every soak
+    measured)."""
     from tests.chaos._accounting import Dirs, Machine, cli, leftovers, run_as_user
 
     require_binary("redis-server")
@@ -593,12 +591,10 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(
     assert len(recorded.polls) == data["polls"]
     assert len(recorded.label["polls"]) == data["polls"]
     assert recorded.start <= data["soak_started_at"] and recorded.end >= data["ended_at"] - 1
-    if not data["passed"]:
-        unhealthy = [p for p in data["poll_results"] if not p["healthy"]]
-        with capsys.disabled():  # said on the terminal (warnings are errors in this suite)
-            print(
-                f"\nsoak verdict measured, not yet enforced: {summary}; P0/P1 alerts: "
-                + json.dumps(data["alerts"], indent=1)
-                + "; unhealthy polls: "
-                + json.dumps(unhealthy, indent=1)
-            )
+    # the whole verdict is enforced: every poll healthy as well as no P0/P1 page (the
+    # poll verdict was measured and printed first, and held in every soak since)
+    unhealthy = [p for p in data["poll_results"] if not p["healthy"]]
+    assert data["passed"] is True, (
+        f"{summary}; P0/P1 alerts: {json.dumps(data['alerts'], indent=1)}; "
+        f"unhealthy polls: {json.dumps(unhealthy, indent=1)}"
+    )
