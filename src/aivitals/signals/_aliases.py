@@ -5,7 +5,7 @@ became ``kv_cache_usage_perc``); the scrape path applies this table so a rule
 written against our names keeps working whatever the engine calls them.
 Sources: vLLM v1 metrics, TGI, Triton, DCGM exporter, OpenTelemetry GenAI
 semantic conventions (dots as emitted by OTel, underscores as the Prometheus
-exporter writes them).
+exporter writes them), node_exporter's filesystem collector.
 """
 
 from __future__ import annotations
@@ -214,6 +214,19 @@ ALIASES: tuple[Alias, ...] = (
     ),
     Alias("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "gpu_pcie_tx_bytes_per_second", "dcgm", scale=1024.0),
     Alias("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "gpu_pcie_rx_bytes_per_second", "dcgm", scale=1024.0),
+    # --- node_exporter filesystem collector (same labels: mountpoint, device, fstype) --
+    Alias("node_filesystem_size_bytes", "host_filesystem_size_bytes", "node_exporter"),
+    Alias("node_filesystem_free_bytes", "host_filesystem_free_bytes", "node_exporter"),
+    Alias(
+        "node_filesystem_avail_bytes",
+        "host_filesystem_available_bytes",
+        "node_exporter",
+        note="space available to non-root users",
+    ),
+    Alias("node_filesystem_files", "host_filesystem_files", "node_exporter"),
+    Alias("node_filesystem_files_free", "host_filesystem_files_free", "node_exporter"),
+    Alias("node_filesystem_readonly", "host_filesystem_readonly", "node_exporter"),
+    Alias("node_filesystem_device_error", "host_filesystem_device_error", "node_exporter"),
 )
 
 _BY_FOREIGN: dict[str, Alias] = {a.foreign: a for a in ALIASES}
