@@ -22,7 +22,24 @@ QUICK_WINDOWS = {
     "baseline_window": "30s",
     "leak_window": "10s",
     "rss_window": "10s",
+    "disk_fill_window": "10s",
+    "disk_fill_horizon": "40s",
 }
+
+
+def test_a_regression_window_and_its_horizon_compress_by_one_factor() -> None:
+    """DiskWillFill asks "at the last window's rate, empty within the horizon": a horizon
+    compressed less than its window asks about far more windows, and reads any write
+    burst as a disk filling."""
+    from aivitals.alerts import PackParams
+    from aivitals.alerts._params import parse_duration
+
+    shipped, quick = PackParams(), PackParams(**dict(QUICK.rule_windows))
+    factors = {
+        parse_duration(getattr(shipped, name)) / parse_duration(getattr(quick, name))
+        for name in ("disk_fill_window", "disk_fill_horizon")
+    }
+    assert len(factors) == 1, factors
 
 
 def test_the_quick_scale_holds_the_compressed_values() -> None:

@@ -154,6 +154,11 @@ QUICK = TimeScale(
         "baseline_window": "30s",
         "leak_window": "10s",
         "rss_window": "10s",
+        # DiskWillFill's 6h regression and 24h horizon by one factor (2160), so "full
+        # within four windows at the last window's rate" is asked at both scales; the
+        # horizon kept at 24h would read any write in 10 s as a disk filling
+        "disk_fill_window": "10s",
+        "disk_fill_horizon": "40s",
     },
     for_factor=60.0,
     # the request and cache rates ramp up from zero for several seconds, and a 4 s

@@ -109,6 +109,8 @@ FAULT_ALERTS = {
     "TimedOutWorkNotAborted",  # timeouts_not_aborting
     "ProbeLatencyHigh",  # network_latency (the blackbox probe on the clients' path)
     "ProbeFailing",  # what the same probe sees when the path drops or the service errs
+    "DiskWillFill",  # disk_fill: a log volume filling (the node_exporter mixin's rule)
+    "DiskSpaceLow",  # disk_fill once it is full
 }
 
 
@@ -178,8 +180,17 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
         outside_model_seconds=0.25,
         input_rejection_ratio=0.1,
         unaborted_timeout_ratio=0.3,
+        disk_fill_free_ratio=0.2,
+        disk_fill_window="1h",
+        disk_fill_horizon="4h",
+        disk_free_ratio=0.03,
     )
     rules = {r.name: r for g in pack.groups for r in g.rules}
+    fill = rules["DiskWillFill"].expr
+    assert "host_filesystem_size_bytes < 0.2" in fill
+    assert "predict_linear(host_filesystem_available_bytes[1h], 14400) < 0" in fill
+    assert "host_filesystem_size_bytes < 0.03" in rules["DiskSpaceLow"].expr
+    assert "within 4h" in rules["DiskWillFill"].annotations["summary"].source
     assert rules["HostCPUSaturated"].expr.rstrip().endswith("> 0.8")
     assert "< 0.25 * job_cache:cache_hit_ratio:baseline" in rules["CacheHitRatioDrop"].expr
     assert ") > 0.25\n" in rules["LatencyHighWorkersIdle"].expr
@@ -206,6 +217,9 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
         ({"cpu_busy_ratio": 2}, "cpu_busy_ratio=2 is a ratio"),
         ({"outside_model_seconds": -0.5}, "outside_model_seconds=-0.5"),
         ({"worker_idle_ratio": "half"}, "worker_idle_ratio='half' must be a number"),
+        ({"disk_fill_free_ratio": 40}, "disk_fill_free_ratio=40 is a ratio"),
+        ({"disk_fill_horizon": "1 day"}, "disk_fill_horizon='1 day' is not a Prometheus"),
+        ({"disk_fill_window": "30s"}, "disk_fill_window='30s' spans fewer than 4 scrapes"),
     ],
 )
 def test_bad_parameters_are_refused_naming_key_and_value(params: dict, message: str) -> None:  # type: ignore[type-arg]

@@ -180,5 +180,11 @@ def leftovers(before: Machine, outcome: Outcome, dirs: Dirs) -> dict[str, Any]:
         "var_tmp": sorted(
             n for n in set(os.listdir("/var/tmp")) - before.var_tmp if any(r in n for r in runs)
         ),
+        # disk_fill's volume: mounted under the run dir, so the run id is in its path
+        "mounts": sorted(
+            line.split()[1]
+            for line in Path("/proc/self/mounts").read_text().splitlines()
+            if any(r in line for r in runs)
+        ),
     }
     return {k: v for k, v in found.items() if v}

@@ -87,6 +87,11 @@ def leftovers(run_id: str, root: Path) -> dict[str, object]:
         "run_dir": (root / run_id).exists(),
         "temp_dirs": list(Path("/var/tmp").glob(f"aivitals-chaos-{run_id}-*")),
         "links": [link for link in os.listdir("/sys/class/net") if tag in link],
+        "mounts": [
+            line.split()[1]
+            for line in Path("/proc/self/mounts").read_text().splitlines()
+            if run_id in line
+        ],
     }
     return {k: v for k, v in found.items() if v}
 

@@ -47,7 +47,7 @@ GENTLE: dict[str, dict[str, Any]] = {
     "traffic_surge": {"factor": 2, "distinct": 8},
     "slow_dependency": {"seconds": 0.05},
     "thread_leak": {"max_threads": 20},
-    "disk_fill": {"mib_per_s": 2, "max_mib": 4},
+    "disk_fill": {"mib_per_s": 2, "max_mib": 4, "volume_mib": 16},
 }
 
 

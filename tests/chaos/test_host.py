@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from aivitals.chaos import FaultContext, get_fault
-from tests.chaos.conftest import assert_clean, require_tool, run_processes
+from tests.chaos.conftest import assert_clean, require_root, require_tool, run_processes
 from tests.load._server import tiny_server
 
 
@@ -94,7 +94,7 @@ def test_disk_fill_grows_log_files_to_its_bound_and_removes_them(  # type: ignor
 
     work = tmp_path / "disk"
     with runner_factory(FaultContext(work_dir=work)) as runner:
-        active = runner.start("disk_fill", duration=30, mib_per_s=4, max_mib=3)
+        active = runner.start("disk_fill", duration=30, mib_per_s=4, max_mib=3, volume_mib=0)
         target = Path(active.effect.details["dir"])
         assert target.parent == work and target.name.startswith("aivitals-chaos-")
         assert runner.run.journal.pending()[0]["path"] == str(target)  # journaled
@@ -131,11 +131,22 @@ def test_disk_fill_refuses_a_bound_the_filesystem_cannot_spare(  # type: ignore[
     work = tmp_path / "disk"
     with runner_factory(FaultContext(work_dir=work)) as runner:
         with pytest.raises(FaultRefused, match=r"max_mib=1536 would leave 512 MiB free"):
-            runner.start("disk_fill", duration=5, max_mib=1536)
+            runner.start("disk_fill", duration=5, max_mib=1536, volume_mib=0)
         assert runner.run.journal.pending() == [] and not list(work.iterdir())
-        active = runner.start("disk_fill", duration=5, max_mib=1)  # 1 MiB leaves enough
+        active = runner.start("disk_fill", duration=5, max_mib=1, volume_mib=0)  # enough
         runner.stop(active)
-    for bad, why in (({"mib_per_s": 0}, "outside"), ({"max_mib": 10**6}, "outside")):
+        # as root, the volume's image is what the disk must spare
+        monkeypatch.setattr("aivitals.chaos._host.os.geteuid", lambda: 0)
+        monkeypatch.setattr("aivitals.chaos._host.shutil.which", lambda name: "/sbin/" + name)
+        with pytest.raises(FaultRefused, match=r"volume_mib=1536 would leave 512 MiB free"):
+            runner.start("disk_fill", duration=5, volume_mib=1536)
+        assert runner.run.journal.pending() == [] and not list(work.iterdir())
+    for bad, why in (
+        ({"mib_per_s": 0}, "outside"),
+        ({"max_mib": 10**6}, "outside"),
+        ({"volume_mib": 10**5}, "outside"),
+        ({"volume_mib": 4}, "too small for a filesystem"),
+    ):
         with pytest.raises(ConfigError, match=why):
             get_fault("disk_fill")(duration=5, **bad)
 
@@ -155,7 +166,7 @@ def test_disk_fill_after_a_sigkill_is_removed_by_chaos_cleanup(
     env = dict(os.environ, AIVITALS_CHAOS_DIR=str(root))
     argv = [
         sys.executable, "-m", "aivitals.cli", "chaos", "run", "disk_fill", "--duration", "120s",
-        "--work-dir", str(work), "-p", "max_mib=2",
+        "--work-dir", str(work), "-p", "max_mib=2", "-p", "volume_mib=0",
     ]  # fmt: skip
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -176,6 +187,123 @@ def test_disk_fill_after_a_sigkill_is_removed_by_chaos_cleanup(
         main(["chaos", "cleanup"])
         assert f"cleaned {run_id}" in capsys.readouterr().out
         assert not logs[0].exists() and not list(work.iterdir())
+        assert_clean(run_id, root)
+    finally:
+        proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        cleanup(root, force=True)
+
+
+def _mounted(path: str) -> str | None:
+    """The filesystem type mounted on ``path``, or None."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == path:
+            return fields[2]
+    return None
+
+
+def _wait_full(path: str, within: float = 10.0) -> None:
+    import os
+
+    deadline = time.monotonic() + within
+    while os.statvfs(path).f_bavail > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("fstype", ["ext4", "tmpfs"])
+def test_disk_fill_fills_a_volume_of_its_own_and_unmounts_it_at_revert(  # type: ignore[no-untyped-def]
+    fstype: str, runner_factory, chaos_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from aivitals.collect import HostCollector
+
+    require_root()
+    if fstype == "ext4":
+        require_tool("mkfs.ext4")
+    else:  # no mkfs.ext4 (or no loop device): a size-limited tmpfs
+        monkeypatch.setattr("aivitals.chaos._host.shutil.which", lambda name: None)
+    work = tmp_path / "disk"
+    with runner_factory(FaultContext(work_dir=work)) as runner:
+        active = runner.start("disk_fill", duration=30, mib_per_s=64, volume_mib=16)
+        volume = active.effect.details["volume"]
+        mountpoint = volume["mountpoint"]
+        assert volume["fstype"] == fstype and "note" not in active.effect.details
+        assert _mounted(mountpoint) == fstype
+        assert Path(mountpoint).parent == runner.run.path  # under the run's dir
+        assert 12 << 20 < volume["size_bytes"] <= 16 << 20
+        _wait_full(mountpoint)  # 16 MiB at 64 MiB/s: full within a second
+        assert os.statvfs(mountpoint).f_bavail == 0
+        assert psutil.Process(active.effect.details["pid"]).is_running()  # holds, full
+        # what the host collector then reports, as DiskWillFill and disk_full read it
+        got = {
+            s.labels["mountpoint"]: s.value
+            for s in HostCollector().collect()
+            if s.name == "host_filesystem_available_bytes"
+        }
+        assert got[mountpoint] == 0
+        runner.stop(active)
+        assert _mounted(mountpoint) is None and not Path(mountpoint).exists()
+        assert not list(work.glob("*.img"))  # the image went with it
+        run_id = runner.run.run_id
+    assert_clean(run_id, chaos_root)
+
+
+def test_disk_fill_without_root_writes_in_work_dir_and_says_why(  # type: ignore[no-untyped-def]
+    runner_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("aivitals.chaos._host.os.geteuid", lambda: 1000)
+    work = tmp_path / "disk"
+    with runner_factory(FaultContext(work_dir=work)) as runner:
+        active = runner.start("disk_fill", duration=5, max_mib=1)
+        details = active.effect.details
+        assert details["volume"] is None and Path(details["dir"]).parent == work
+        assert "DiskWillFill and DiskSpaceLow cannot be expected" in details["note"]
+        assert "(not root)" in details["note"]
+        runner.stop(active)
+        assert not list(work.iterdir())
+
+
+def test_disk_fill_volume_after_a_sigkill_is_unmounted_by_chaos_cleanup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from aivitals.chaos import cleanup
+    from aivitals.cli import main
+
+    require_root()
+    root, work = tmp_path / "runs", tmp_path / "work"
+    env = dict(os.environ, AIVITALS_CHAOS_DIR=str(root))
+    argv = [
+        sys.executable, "-m", "aivitals.cli", "chaos", "run", "disk_fill", "--duration", "120s",
+        "--work-dir", str(work), "-p", "volume_mib=16", "-p", "mib_per_s=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        run_id = ""
+        for line in proc.stdout:
+            run_id = line.split()[1] if line.startswith("run ") else run_id
+            if line.startswith("started "):
+                break
+        assert run_id, "the runner did not start"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        mountpoint = str(root / run_id / "volume")
+        assert _mounted(mountpoint) is not None  # the volume outlives the runner
+        monkeypatch.setenv("AIVITALS_CHAOS_DIR", str(root))
+        main(["chaos", "cleanup"])
+        assert f"cleaned {run_id}" in capsys.readouterr().out
+        assert _mounted(mountpoint) is None
+        assert not list(work.iterdir())  # the image too
         assert_clean(run_id, root)
     finally:
         proc.kill()

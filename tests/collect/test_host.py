@@ -53,6 +53,9 @@ FILES = {
     "   0: 00000000000000000000000001000000:1F40 00000000000000000000000001000000:D000 06 "
     "00000000:00000000 00:00000000 00000000  1000 0 0 1\n",
     "self/cgroup": "12:memory:/docker/abc\n0::/system.slice/app.service\n",
+    # "/" holds data everywhere, so the real statvfs answers for it; the rest is pseudo
+    "self/mounts": "/dev/root / ext4 rw,relatime 0 0\nproc /proc proc rw 0 0\n"
+    "sysfs /sys sysfs rw 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n",
 }
 
 
@@ -198,6 +201,149 @@ def test_nothing_readable_is_down(tmp_path: Path) -> None:
         "aivitals_collector_duration_seconds",
         "aivitals_collector_errors_total",
     }
+
+
+# --- filesystems ---------------------------------------------------------------------------
+MOUNTS = (
+    "/dev/vda1 / ext4 rw,relatime 0 0\n"
+    "proc /proc proc rw 0 0\n"
+    "tmpfs /run tmpfs rw,nosuid 0 0\n"
+    "devtmpfs /dev devtmpfs rw 0 0\n"
+    "tmpfs /dev/shm tmpfs rw 0 0\n"
+    "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n"
+    "overlay /var/lib/docker/overlay2/abc/merged overlay rw 0 0\n"
+    "/dev/vda1 /var/lib/docker/volumes/v ext4 rw 0 0\n"
+    "/dev/loop3 /snap/core/1 squashfs ro 0 0\n"
+    "/dev/vdb1 /srv/model\\040cache xfs ro,relatime 0 0\n"
+    # mounted over: only the top mount is what statvfs reads
+    "/dev/vdc1 /data ext4 rw 0 0\n"
+    "/dev/vdd1 /data xfs rw 0 0\n"
+)
+
+
+def _statvfs(
+    blocks: int, bfree: int, bavail: int, *, readonly: bool = False, frsize: int = 4096
+) -> os.statvfs_result:
+    flag = os.ST_RDONLY if readonly else 0
+    # bsize differs from frsize on purpose: blocks are counted in fragments
+    return os.statvfs_result((65536, frsize, blocks, bfree, bavail, 1000, 400, 400, flag, 255))
+
+
+def test_filesystems_of_every_mount_that_holds_data(tmp_path: Path) -> None:
+    stats = {
+        "/": _statvfs(1000, 300, 250),
+        "/run": _statvfs(100, 99, 99, frsize=1024),
+        "/srv/model cache": _statvfs(2000, 0, 0, readonly=True),
+        "/data": _statvfs(500, 50, 40),
+    }
+    asked: list[str] = []
+
+    def statvfs(path: str) -> os.statvfs_result:
+        asked.append(path)
+        return stats[path]
+
+    proc = make_proc(tmp_path, {"self/mounts": MOUNTS})
+    host = HostCollector(proc=str(proc), sys=str(make_sys_v1(tmp_path)), statvfs=statvfs)
+    got = by_name(list(host.collect()))
+    # pseudo types and node_exporter's excluded mount points are never asked about
+    assert sorted(asked) == ["/", "/data", "/run", "/srv/model cache"]
+    root = (("device", "/dev/vda1"), ("fstype", "ext4"), ("mountpoint", "/"))
+    assert got["host_filesystem_size_bytes"][root] == 1000 * 4096
+    assert got["host_filesystem_free_bytes"][root] == 300 * 4096
+    assert got["host_filesystem_available_bytes"][root] == 250 * 4096
+    assert got["host_filesystem_files"][root] == 1000
+    assert got["host_filesystem_files_free"][root] == 400
+    assert got["host_filesystem_readonly"][root] == 0
+    assert got["host_filesystem_device_error"][root] == 0
+    run = (("device", "tmpfs"), ("fstype", "tmpfs"), ("mountpoint", "/run"))
+    assert got["host_filesystem_size_bytes"][run] == 100 * 1024
+    cache = (("device", "/dev/vdb1"), ("fstype", "xfs"), ("mountpoint", "/srv/model cache"))
+    assert got["host_filesystem_readonly"][cache] == 1  # the octal escape undone
+    data = (("device", "/dev/vdd1"), ("fstype", "xfs"), ("mountpoint", "/data"))
+    assert {k for k in got["host_filesystem_size_bytes"] if dict(k)["mountpoint"] == "/data"} == {
+        data
+    }
+    assert "aivitals_collector_errors_total" not in got
+    for name in got:
+        assert signals.family_of(name) is not None, name
+
+
+def test_a_mount_whose_statvfs_fails_costs_only_its_own_series(tmp_path: Path) -> None:
+    def statvfs(path: str) -> os.statvfs_result:
+        if path == "/data":
+            raise PermissionError(13, "Permission denied", path)
+        return _statvfs(10, 5, 5)
+
+    proc = make_proc(tmp_path, {"self/mounts": MOUNTS})
+    host = HostCollector(proc=str(proc), sys=str(make_sys_v1(tmp_path)), statvfs=statvfs)
+    got = by_name(list(host.collect()))
+    data = (("device", "/dev/vdd1"), ("fstype", "xfs"), ("mountpoint", "/data"))
+    assert got["host_filesystem_device_error"][data] == 1
+    assert data not in got["host_filesystem_available_bytes"]  # no fake 0
+    assert len(got["host_filesystem_available_bytes"]) == 3
+    errors = {dict(k)["reason"]: v for k, v in got["aivitals_collector_errors_total"].items()}
+    assert errors == {"filesystem_permission": 1}
+    assert got["aivitals_collector_up"][(("collector", "host"),)] == 1
+
+
+def test_a_hung_mount_never_holds_the_scrape_and_is_not_asked_again_while_stuck(
+    tmp_path: Path,
+) -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def statvfs(path: str) -> os.statvfs_result:
+        calls.append(path)
+        if path == "/data":
+            release.wait(10)  # a dead NFS server: the call blocks in the kernel
+        return _statvfs(10, 5, 5)
+
+    proc = make_proc(tmp_path, {"self/mounts": MOUNTS})
+    host = HostCollector(
+        proc=str(proc), sys=str(make_sys_v1(tmp_path)), statvfs=statvfs, fs_timeout=0.2
+    )
+    data = (("device", "/dev/vdd1"), ("fstype", "xfs"), ("mountpoint", "/data"))
+    try:
+        t0 = time.monotonic()
+        first = by_name(list(host.collect()))
+        assert time.monotonic() - t0 < 1.5
+        assert first["host_filesystem_device_error"][data] == 1
+        assert len(first["host_filesystem_available_bytes"]) == 3  # the others answered
+        t0 = time.monotonic()
+        second = by_name(list(host.collect()))
+        assert time.monotonic() - t0 < 0.5  # a stuck mount is not waited for again
+        assert calls.count("/data") == 1  # nor asked again: one thread, not one a scrape
+        errors = {
+            dict(k)["reason"]: v for k, v in second["aivitals_collector_errors_total"].items()
+        }
+        assert errors == {"filesystem_timeout": 1, "filesystem_stuck": 1}
+        assert second["aivitals_collector_up"][(("collector", "host"),)] == 1
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while calls.count("/data") < 2 and time.monotonic() < deadline:
+        third = by_name(list(host.collect()))  # once the call returns, it is asked again
+    assert third["host_filesystem_device_error"][data] == 0
+    assert third["host_filesystem_available_bytes"][data] == 5 * 4096
+
+
+def test_the_real_mounts_are_reported_as_statvfs_counts_them() -> None:
+    got = by_name(list(HostCollector().collect()))
+    sizes = {dict(k)["mountpoint"]: v for k, v in got.get("host_filesystem_size_bytes", {}).items()}
+    if not sizes:
+        pytest.skip("no mount here holds data (every one is pseudo or excluded)")
+    for mountpoint, size in sizes.items():
+        real = os.statvfs(mountpoint)
+        assert size == real.f_blocks * real.f_frsize, mountpoint
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan")])
+def test_a_bad_fs_timeout_is_a_config_error(bad: float) -> None:
+    with pytest.raises(ConfigError, match="fs_timeout"):
+        HostCollector(fs_timeout=bad)
 
 
 def test_bad_port_is_a_config_error() -> None:

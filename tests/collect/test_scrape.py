@@ -251,3 +251,22 @@ def test_a_target_that_speaks_only_openmetrics_is_still_stored() -> None:
     store = Store(retention=1e9)
     store.ingest_exposition(result.text, timestamp=1000.0)
     assert store.query("om_only_total", 1000.0).vector[0].value == 3.0
+
+
+def test_a_scraped_node_exporter_reads_under_our_filesystem_names() -> None:
+    body = (
+        "# HELP node_filesystem_avail_bytes Filesystem space available to non-root users.\n"
+        "# TYPE node_filesystem_avail_bytes gauge\n"
+        'node_filesystem_avail_bytes{device="/dev/sda1",fstype="ext4",mountpoint="/"} 5e+09\n'
+        'node_filesystem_files_free{device="/dev/sda1",fstype="ext4",mountpoint="/"} 9000\n'
+        'node_filesystem_files{device="/dev/sda1",fstype="ext4",mountpoint="/"} 10000\n'
+        'node_cpu_seconds_total{cpu="0",mode="idle"} 12\n'
+    )
+    lines = translate_exposition(body)[0].splitlines()
+    assert "# TYPE host_filesystem_available_bytes gauge" in lines
+    lab = '{device="/dev/sda1",fstype="ext4",mountpoint="/"}'
+    assert f"host_filesystem_available_bytes{lab} 5e+09" in lines  # unscaled: as sent
+    # one name a prefix of another: each maps to its own family
+    assert f"host_filesystem_files_free{lab} 9000" in lines
+    assert f"host_filesystem_files{lab} 10000" in lines
+    assert 'node_cpu_seconds_total{cpu="0",mode="idle"} 12' in lines  # no alias: kept

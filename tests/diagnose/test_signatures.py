@@ -98,6 +98,17 @@ def test_params_and_rate_are_filled_in() -> None:
     assert sig.render(rate="1m").evidence[0].expr.endswith("> 3")
 
 
+def test_a_horizon_in_rate_windows_shrinks_with_the_window() -> None:
+    (sig,) = parse_signatures(
+        GOOD.replace(
+            "sum(rate(errors_total[${rate}])) > ${limit}",
+            "predict_linear(x_bytes[${rate}], ${limit} * ${rate_seconds}) < 0",
+        )
+    )
+    assert "[1m], 3 * 60)" in sig.render(rate="1m").evidence[0].expr
+    assert "[8s], 3 * 8)" in sig.render(rate="8s").evidence[0].expr
+
+
 def test_invalid_expression_is_rejected_with_id_and_parse_error() -> None:
     bad = GOOD.replace("sum(rate(errors_total[${rate}]))", "sum(rate(errors_total[${rate}])")
     with pytest.raises(SignatureError, match=r"my_fault.*invalid PromQL"):
@@ -432,3 +443,66 @@ def test_a_pod_known_by_uid_only_and_no_pod() -> None:
     # a scrape's target labels name the scraped pod, not the pid's: no pod_uid, no pod
     plain = _leak_with({"namespace": "monitoring", "pod": "aivitals-agent-x7k2p"})
     assert plain.title == "GPU memory leak in pid 4242 on GPU 0"
+
+
+def _filesystem_store(size: float, avail: list[float], writes_per_s: list[float]) -> object:
+    """One writable ext4 mount sampled each second, and the disk's write counter."""
+    from aivitals.tsdb import Store
+
+    store = Store(retention=1e9)
+    fs = {"mountpoint": "/var/log/app", "device": "/dev/loop0", "fstype": "ext4"}
+    for i, a in enumerate(avail):
+        store.append("host_filesystem_size_bytes", fs, size, float(i))
+        store.append("host_filesystem_available_bytes", fs, a, float(i))
+        store.append("host_filesystem_readonly", fs, 0.0, float(i))
+    _counters(store, {"host_disk_writes_completed_total": ({"device": "vda"}, writes_per_s)})
+    return store
+
+
+_MIB = float(1 << 20)
+
+
+def _filling(size: float, free: float, seconds: int, rate: float = 4 * _MIB) -> list[float]:
+    """60 s steady at ``free`` bytes, then ``rate`` bytes a second written until full."""
+    return [free] * 60 + [max(0.0, free - rate * (i + 1)) for i in range(seconds)]
+
+
+def _named(store: object, end: float) -> list[str]:
+    from aivitals.diagnose import diagnose
+
+    found = diagnose(store, end=end, window=end, step=1.0, rate=8.0).findings
+    return [f.signature for f in found]
+
+
+def test_a_log_volume_filling_is_named_disk_full_while_it_fills_and_once_full() -> None:
+    from aivitals.diagnose import diagnose
+
+    size = 224e6  # a 256 MiB ext4 volume less its metadata
+    avail = _filling(size, 0.92 * size, 80)  # under 40 % 28 s into the fill, full at 50 s
+    store = _filesystem_store(size, avail, [5.0] * 60 + [70.0] * 80)
+    assert "disk_full" not in _named(store, 74.0)  # falling, but 66 % is left
+    found = diagnose(store, end=95.0, window=95.0, step=1.0, rate=8.0).findings
+    assert found and found[0].signature == "disk_full", found  # 28 % left, 5 s of it a second
+    assert found[0].title == "Filesystem /var/log/app full or filling"
+    assert found[0].commands[0] == "df -h /var/log/app; df -i /var/log/app"
+    assert found[0].confidence >= 0.6  # the share fell and the writes rose beside it
+    # full and flat for 30 s: no longer falling, but out of space
+    assert _named(store, 139.0)[:1] == ["disk_full"]
+
+
+def test_a_big_disk_written_as_fast_with_plenty_free_is_not_disk_full() -> None:
+    size = 2e12  # 2 TB, 60 % free: 4 MiB/s empties it in three days
+    store = _filesystem_store(size, _filling(size, 0.6 * size, 80), [5.0] * 60 + [70.0] * 80)
+    assert "disk_full" not in _named(store, 139.0)
+    # under the floor too, the same rate still needs days: not "filling fast"
+    store = _filesystem_store(size, _filling(size, 0.3 * size, 80), [5.0] * 60 + [70.0] * 80)
+    assert "disk_full" not in _named(store, 139.0)
+
+
+def test_a_healthy_store_has_no_disk_full() -> None:
+    from aivitals.tsdb import Store
+
+    size = 56e6
+    steady = _filesystem_store(size, [0.9 * size] * 100, [5.0] * 100)
+    assert "disk_full" not in _named(steady, 99.0)
+    assert "disk_full" not in _named(Store(retention=1e9), 99.0)  # no filesystem series

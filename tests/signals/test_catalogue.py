@@ -87,6 +87,8 @@ def test_family_of_histogram_samples() -> None:
         ("nv_inference_queue_duration_us", "queue_wait_seconds_sum", 1e-6, (("queue", "engine"),)),
         ("DCGM_FI_DEV_FB_USED", "gpu_memory_used_bytes", 1024.0 * 1024.0, ()),
         ("DCGM_FI_DEV_GPU_UTIL", "gpu_utilization_ratio", 0.01, ()),
+        ("node_filesystem_avail_bytes", "host_filesystem_available_bytes", 1.0, ()),
+        ("node_filesystem_size_bytes", "host_filesystem_size_bytes", 1.0, ()),
         (
             "gen_ai_server_time_to_first_token_seconds_sum",
             "model_time_to_first_token_seconds_sum",

@@ -106,6 +106,19 @@ class PackParams:
     kv_cache_ratio: float = 0.95
     #: Disk busy share (io_time rate) above this for 2m is P1.
     disk_util_ratio: float = 0.95
+    #: DiskWillFill (node_exporter mixin's NodeFilesystemSpaceFillingUp, its warning
+    #: level): a writable filesystem with less than this share of its space available ...
+    disk_fill_free_ratio: float = 0.4
+    #: ... whose available bytes, extrapolated by predict_linear over disk_fill_window,
+    #: reach 0 within disk_fill_horizon (the mixin: [6h], 24h; its critical one 20 %, 4h).
+    #: The floor keeps a big, mostly empty disk that is written to from paging. Compressed
+    #: runs shrink the window and the horizon by one factor: at the rate of the last
+    #: window, full within four windows, the same question at either scale.
+    disk_fill_window: str = "6h"
+    disk_fill_horizon: str = "24h"
+    #: DiskSpaceLow: a writable filesystem with less than this share available for 5m is
+    #: P1 (the mixin's NodeFilesystemAlmostOutOfSpace warning level).
+    disk_free_ratio: float = 0.05
     #: Retransmitted / sent TCP segments above this for 5m is P1.
     tcp_retransmit_ratio: float = 0.05
     #: A blackbox probe (the callers' path) slower than this on average over the short
@@ -184,6 +197,8 @@ class PackParams:
             "fd_ratio",
             "kv_cache_ratio",
             "disk_util_ratio",
+            "disk_fill_free_ratio",
+            "disk_free_ratio",
             "tcp_retransmit_ratio",
             "probe_success_ratio",
             "cpu_busy_ratio",
@@ -207,6 +222,7 @@ class PackParams:
             "baseline_window",
             "idle_window",
             "saturation_window",
+            "disk_fill_window",
         ):
             window = parse_duration(getattr(self, name), key=name)
             if window < _MIN_SCRAPES_PER_WINDOW * scrape:
@@ -242,6 +258,7 @@ class PackParams:
         # prometheus_client writes bucket bounds as Python's repr: 1.5 -> "1.5", 2 -> "2.0".
         out["latency_good_le"] = repr(float(self.latency_good_seconds))
         out["rss_horizon_seconds"] = _number(parse_duration(self.rss_horizon))
+        out["disk_fill_horizon_seconds"] = _number(parse_duration(self.disk_fill_horizon))
         return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ctypes
+import errno
 import json
 import multiprocessing
 import os
@@ -91,9 +92,10 @@ _LOG_LINE = (
 
 
 def log_fill(args: dict[str, Any]) -> None:
-    """Log files growing at ``rate`` bytes/s in ``dir`` until ``max_bytes`` are written,
-    in 64 KiB appends, each fsynced (a logger that must not lose lines), rotated
-    every 32 MiB. Full, the files stay as they are until the deadline."""
+    """Log files growing at ``rate`` bytes/s in ``dir`` until ``max_bytes`` are written
+    or the filesystem is full (ENOSPC), in 64 KiB appends, each fsynced (a logger that
+    must not lose lines), rotated every 32 MiB. Full, the files stay as they are until
+    the deadline."""
     directory, deadline = Path(args["dir"]), float(args["deadline"])
     rate, limit = float(args["rate"]), int(args["max_bytes"])
     block, rotate = 64 << 10, 32 << 20
@@ -111,9 +113,14 @@ def log_fill(args: dict[str, Any]) -> None:
                 n += 1
                 lines += (_LOG_LINE % (time.time(), n)).encode()
             chunk = bytes(lines[: min(block, limit - written)])
-            os.write(fd, chunk)
-            os.fsync(fd)
-            written += len(chunk)
+            try:
+                done = os.write(fd, chunk)
+                os.fsync(fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    break  # the volume is full: the logger's writes fail from here on
+                raise
+            written += done
             # keep the pace: never ahead of rate x elapsed
             ahead = written / rate - (time.monotonic() - started)
             if ahead > 0:
@@ -121,7 +128,7 @@ def log_fill(args: dict[str, Any]) -> None:
     finally:
         if fd >= 0:
             os.close(fd)
-    # the volume is full: nothing more to write, the files stay until the revert
+    # nothing more to write: the files stay until the revert
     time.sleep(max(0.0, deadline - time.time()))
 
 

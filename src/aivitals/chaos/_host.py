@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import FaultRefused
+from ..errors import ConfigError, FaultRefused
 from ._fault import Fault, FaultContext, FaultEffect, Touch
 from ._spec import (
     FaultSpec,
@@ -244,81 +244,199 @@ class DiskIOSaturation(Fault):
 DISK_FILL = FaultSpec(
     name="disk_fill",
     layer="infrastructure",
-    description="a log volume fills the disk: log files grow at 4 MiB/s (fsynced appends) "
-    "to a bound (256 MiB) in a temp dir of the run. No alert: the collectors export no "
-    "filesystem free space, and DiskSaturated needs the disk busy most of the time, which "
-    "a log's pace of writes is not",
-    alerts=(),
-    # no signature knows it: the host collector's /proc/diskstats counters, the writes
-    # and the time they took
-    suspects=(
-        "host_disk_writes_completed_total",
-        "host_disk_write_time_seconds_total",
-        "host_disk_io_time_seconds_total",
-    ),
+    description="a log volume fills up: log files grow at 4 MiB/s (fsynced appends) on a "
+    "filesystem of its own the run mounts (as root: a 64 MiB ext4 image on a loop device, "
+    "or a tmpfs) until it is full; without root, in a temp dir on a disk they cannot fill, "
+    "where the alerts cannot fire",
+    alerts=("DiskWillFill", "DiskSpaceLow"),
+    # the signature names the condition, not the fault: a volume filled by a log, a core
+    # dump or a runaway cache is the same full disk to the diagnosis
+    signature="disk_full",
     needs=Needs("host"),
-    # the generic ranking needs a baseline with a spread (see slow_dependency's)
+    # the fill's rate is read against the volume's level before it
     runs=Runs(quick_baseline=20.0),
     grading=Grading(
         knob=lambda b: Knob(
             param=None,
             unit="MiB/s written",
             bound=None,
-            source="no threshold: no alert and no signature knows this fault",
+            source="single severity: the run's volume fills at the fault's one rate",
             note="today's values at every severity",
         ),
-        unmeasured="the agent collects disk operations and busy time, not bytes written",
+        unmeasured="not graded: the volume fills to the end at any rate the phase allows",
     ),
 )
 
 
 class DiskFill(Fault):
-    """A log volume filling the disk: log files grow at ``mib_per_s`` in a temp dir
-    of the run until ``max_mib`` are written (fsynced appends, as a logger that must
-    not lose lines writes them), then stay until the revert removes them.
+    """A log volume filling up: log files grow at ``mib_per_s`` (fsynced appends, as a
+    logger that must not lose lines writes them) until the volume is full or
+    ``max_mib`` are written, then stay until the revert removes them.
 
-    Bounded twice: by ``max_mib``, and by the filesystem's free space, which must
-    stay above 1 GiB once the files are written (else ``FaultRefused``: this
-    machine cannot host the fault at that size).
+    A fault that fills nothing is no disk fill: logs written on a disk with many GiB
+    free never threaten to fill it, so no honest DiskWillFill fires. As root, the logs
+    get a filesystem of their own, ``volume_mib`` big, mounted for the run under its
+    run directory, as a log volume is: an ext4 image (sparse, under ``work_dir``) on a
+    loop device, so the writes reach the disk beneath; a size-limited tmpfs where
+    mkfs.ext4 or a loop mount is missing. Unmounted and removed at revert; ``aivitals
+    chaos cleanup`` does both after a crash. ``volume_mib=0``, or a run without root,
+    writes in a temp dir under ``work_dir`` instead (the effect's ``note`` says that the
+    disk alerts cannot be expected there).
+
+    Bounded: by ``max_mib`` and the volume, and by the filesystem under ``work_dir``,
+    which must keep 1 GiB free once the image or the files are written (else
+    ``FaultRefused``); a tmpfs volume may take at most half the available memory.
     """
 
     name = "disk_fill"
     spec = DISK_FILL
-    params = {"mib_per_s": (4, 0.1, 256), "max_mib": (256, 1, 16384)}
+    params = {
+        "mib_per_s": (4, 0.1, 256),
+        "max_mib": (256, 1, 16384),
+        "volume_mib": (64, 0, 4096),
+    }
     touches = (
         Touch(
             "",
-            "starts a Python log writer and a temp dir aivitals-chaos-<run>-logs-* under "
-            "work_dir (/var/tmp) that grows to max_mib",
-            "the run: the writer is stopped and the dir removed at revert; cleanup does "
-            "both after a crash",
+            "as root (volume_mib > 0): a sparse ext4 image aivitals-chaos-<run>-volume-*.img "
+            "under work_dir (/var/tmp), loop-mounted (or a size-limited tmpfs) on volume/ in "
+            "the run dir; otherwise a temp dir aivitals-chaos-<run>-logs-* under work_dir; "
+            "and a Python log writer filling it",
+            "the run: the writer is stopped, the volume unmounted and the image and dirs "
+            "removed at revert; cleanup does all of it after a crash",
             processes=True,
         ),
     )
+
+    def _validate(self, given: dict[str, Any]) -> dict[str, float]:
+        values = super()._validate(given)
+        if 0 < values["volume_mib"] < _MIN_VOLUME_MIB:
+            raise ConfigError(
+                f"fault {self.name!r}: volume_mib={values['volume_mib']:g} is too small for a "
+                f"filesystem: 0 (no volume) or at least {_MIN_VOLUME_MIB}"
+            )
+        return values
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         assert self.run is not None
         parent = ctx.work_dir or Path("/var/tmp")
         parent.mkdir(parents=True, exist_ok=True)
         limit = int(self.values["max_mib"] * _MIB)
-        usage = shutil.disk_usage(parent)
-        if usage.free - limit < _KEEP_FREE:
-            raise FaultRefused(
-                f"fault {self.name!r}: max_mib={self.values['max_mib']:g} would leave "
-                f"{max(0, usage.free - limit) / _MIB:.0f} MiB free on the filesystem of "
-                f"{parent} (it has {usage.free / _MIB:.0f} MiB free; at least "
-                f"{_KEEP_FREE // _MIB} MiB must stay)"
-            )
+        volume, note = None, ""
+        if self.values["volume_mib"] and os.geteuid() != 0:
+            note = _NO_VOLUME + " (not root)"
+        elif self.values["volume_mib"]:
+            try:
+                volume = self._volume(parent)
+            except _NoVolume as exc:
+                note = f"{_NO_VOLUME} ({exc})"
+        target = self._log_dir(parent, limit) if volume is None else Path(volume["mountpoint"])
+        rate = self.values["mib_per_s"] * _MIB
+        pid = self.helper("log_fill", "disk_fill", dir=str(target), rate=rate, max_bytes=limit)
+        details: dict[str, Any] = {
+            "pid": pid,
+            "dir": str(target),
+            "max_bytes": limit,
+            "bytes_per_s": rate,
+            "volume": volume,
+        }
+        if note:
+            details["note"] = note
+        return FaultEffect(client_url=ctx.target, details=details)
+
+    def _log_dir(self, parent: Path, limit: int) -> Path:
+        assert self.run is not None
+        _keep_free(self.name, parent, limit, "max_mib", self.values["max_mib"])
         # journaled before it exists: a crash right after mkdir still leaves it to cleanup
         target = parent / f"aivitals-chaos-{self.run.run_id}-logs-{secrets.token_hex(4)}"
         self.record("path", path=str(target))
         target.mkdir(mode=0o700)
-        rate = self.values["mib_per_s"] * _MIB
-        pid = self.helper("log_fill", "disk_fill", dir=str(target), rate=rate, max_bytes=limit)
-        return FaultEffect(
-            client_url=ctx.target,
-            details={"pid": pid, "dir": str(target), "max_bytes": limit, "bytes_per_s": rate},
+        return target
+
+    def _volume(self, parent: Path) -> dict[str, Any]:
+        """Mount a filesystem of ``volume_mib`` for the logs; ``_NoVolume`` when this
+        machine cannot (what was made is left to the revert, journaled)."""
+        assert self.run is not None
+        size = int(self.values["volume_mib"] * _MIB)
+        mountpoint = self.run.path / "volume"
+        self.record("path", path=str(mountpoint))
+        mountpoint.mkdir(mode=0o700)
+        mkfs = shutil.which("mkfs.ext4")
+        if mkfs is not None:
+            _keep_free(self.name, parent, size, "volume_mib", self.values["volume_mib"])
+            image = parent / f"aivitals-chaos-{self.run.run_id}-volume-{secrets.token_hex(4)}.img"
+            self.record("path", path=str(image))
+            with open(image, "wb") as f:
+                f.truncate(size)  # sparse: the disk beneath holds only what is written
+            if _ok([mkfs, "-q", "-F", "-L", "aivitals-chaos", str(image)]):
+                self.record("mount", target=str(mountpoint))
+                if _ok(["mount", "-o", "loop,nosuid,nodev,noexec", str(image), str(mountpoint)]):
+                    return _described(mountpoint, "ext4", image)
+        # no mkfs.ext4 or no loop device (a container): memory instead of a disk
+        available = _mem_available()
+        if available is not None and size > available // 2:
+            raise _NoVolume(
+                f"no ext4 image, and a {size // _MIB} MiB tmpfs would take more than half "
+                f"the {available // _MIB} MiB of memory available"
+            )
+        self.record("mount", target=str(mountpoint))
+        source = f"aivitals-chaos-{self.run.run_id}"
+        opts = f"size={size},mode=0700,nosuid,nodev,noexec"
+        if not _ok(["mount", "-t", "tmpfs", "-o", opts, source, str(mountpoint)]):
+            raise _NoVolume("mounting a volume failed (no loop device, no tmpfs mount)")
+        return _described(mountpoint, "tmpfs", None)
+
+
+#: A volume smaller than this holds too little beside ext4's own metadata.
+_MIN_VOLUME_MIB = 8
+_NO_VOLUME = (
+    "no volume: the logs go to work_dir's filesystem, whose free space they cannot "
+    "threaten, so DiskWillFill and DiskSpaceLow cannot be expected"
+)
+
+
+class _NoVolume(Exception):
+    """This machine cannot mount the fault's own volume."""
+
+
+def _keep_free(fault: str, parent: Path, need: int, key: str, value: float) -> None:
+    usage = shutil.disk_usage(parent)
+    if usage.free - need < _KEEP_FREE:
+        raise FaultRefused(
+            f"fault {fault!r}: {key}={value:g} would leave "
+            f"{max(0, usage.free - need) / _MIB:.0f} MiB free on the filesystem of "
+            f"{parent} (it has {usage.free / _MIB:.0f} MiB free; at least "
+            f"{_KEEP_FREE // _MIB} MiB must stay)"
         )
+
+
+def _ok(argv: list[str]) -> bool:
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _described(mountpoint: Path, fstype: str, image: Path | None) -> dict[str, Any]:
+    st = os.statvfs(mountpoint)
+    return {
+        "mountpoint": str(mountpoint),
+        "fstype": fstype,
+        "image": None if image is None else str(image),
+        "size_bytes": st.f_blocks * st.f_frsize,
+        "available_bytes": st.f_bavail * st.f_frsize,
+    }
 
 
 # -- connection_flood --------------------------------------------------------------------

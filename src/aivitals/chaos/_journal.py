@@ -222,6 +222,28 @@ def _revert_path(e: Entry, run: RunDir | None) -> None:
         p.unlink(missing_ok=True)
 
 
+def mounted(target: str) -> bool:
+    """Whether a filesystem is mounted on ``target`` (a path without spaces)."""
+    try:
+        text = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return False
+    return any(len(f) > 1 and f[1] == target for f in (ln.split() for ln in text.splitlines()))
+
+
+def _revert_mount(e: Entry, run: RunDir | None) -> None:
+    target = str(e["target"])
+    if not mounted(target):
+        return  # never mounted (a crash before it), or already gone
+    r = _run(["umount", target])
+    if r.returncode != 0 and mounted(target):
+        # still busy (a process of another run writing there): detach it now, the kernel
+        # frees it when the last user goes, and the loop device with it
+        r = _run(["umount", "-l", target])
+        if r.returncode != 0 and mounted(target):
+            raise FaultError(f"umount {target}: {r.stderr.strip()}")
+
+
 def _revert_http(e: Entry, run: RunDir | None) -> None:
     try:
         httpx.post(
@@ -395,6 +417,7 @@ _REVERT: dict[str, Callable[[Entry, RunDir | None], Replacement | None]] = {
     "link": _revert_link,
     "nft_table": _revert_nft,
     "path": _revert_path,
+    "mount": _revert_mount,
     "http_fault": _revert_http,
     "sim_slowdown": _revert_sim_slowdown,
     "sim_alloc": _revert_sim_alloc,

@@ -1,4 +1,5 @@
-"""Host signals from /proc and /sys: CPU, load, PSI, memory, disks, network, TCP, cgroup.
+"""Host signals from /proc and /sys: CPU, load, PSI, memory, disks, filesystems, network,
+TCP, cgroup.
 
 Read straight from the kernel's files (no psutil on this path): every source is
 injectable (``proc=``, ``sys=``) so tests run on fake trees, and one
@@ -14,6 +15,7 @@ from pathlib import Path
 from ..errors import CollectorError, ConfigError
 from ..signals import Sample
 from . import _procfs as pf
+from ._filesystem import StatvfsPool, parse_mounts, stats_of
 from ._health import BaseCollector, reason_of
 from ._netns import RUN_NETNS, check_netns, read_in_netns, resolve_netns
 from ._sockdiag import tcp_sockets
@@ -50,6 +52,14 @@ class HostCollector(BaseCollector):
     (``netns_<reason>``), as does a name given outright that does not exist
     (``netns_missing``; a glob matching nothing is no error).
 
+    Filesystems: size, free and available bytes and inodes of every mount of
+    ``/proc/self/mounts`` that holds data (node_exporter's default exclusions), each
+    ``statvfs`` bounded by ``fs_timeout`` seconds. A mount whose call fails or hangs
+    reads ``host_filesystem_device_error 1`` and counts an error
+    (``filesystem_<reason>``, ``filesystem_timeout``, then ``filesystem_stuck`` until
+    the hung call returns); the rest of the scrape goes on. ``statvfs`` is injectable
+    for tests.
+
     **Usage**::
 
         host = HostCollector(ports=[8000])
@@ -68,6 +78,8 @@ class HostCollector(BaseCollector):
         cgroup_pid: int | str = "self",
         netns: Iterable[str] = (),
         netns_dir: str = RUN_NETNS,
+        statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+        fs_timeout: float = 1.0,
     ) -> None:
         super().__init__()
         self.proc = Path(proc)
@@ -79,6 +91,9 @@ class HostCollector(BaseCollector):
         self.cgroup_pid = str(cgroup_pid)
         self.netns = check_netns(netns)
         self.netns_dir = netns_dir
+        if not fs_timeout > 0:
+            raise ConfigError(f"fs_timeout: {fs_timeout!r} must be > 0 seconds")
+        self._statvfs = StatvfsPool(statvfs, fs_timeout)
         #: reads ``/proc/net`` files inside a namespace (replaced in tests)
         self.read_netns = read_in_netns
         self._clk_tck = float(os.sysconf("SC_CLK_TCK"))
@@ -89,6 +104,7 @@ class HostCollector(BaseCollector):
             ("meminfo", self._memory),
             ("vmstat", self._vmstat),
             ("diskstats", self._disks),
+            ("filesystem", self._filesystems),
             ("net_dev", self._net),
             ("snmp", self._snmp),
             ("tcp", self._tcp),
@@ -174,6 +190,29 @@ class HostCollector(BaseCollector):
                 # exceed its rate, which is what tells a real saturation from the kernel's
                 # io_ticks jumps (an idle stretch added at one completion reads > 100 %)
                 Sample("host_disk_io_time_weighted_seconds_total", lab, weighted_ms / 1000.0),
+            ]
+        return out
+
+    def _filesystems(self) -> list[Sample]:
+        mounts = parse_mounts(self._read("self", "mounts"))
+        results = self._statvfs.stat([m.mountpoint for m in mounts])
+        out: list[Sample] = []
+        for mount in mounts:
+            lab, got = mount.labels, results[mount.mountpoint]
+            if isinstance(got, str | OSError):
+                # the mount stays visible, flagged, as node_exporter's device_error does
+                self.count_error(f"filesystem_{got if isinstance(got, str) else reason_of(got)}")
+                out.append(Sample("host_filesystem_device_error", lab, 1.0))
+                continue
+            st = stats_of(got)
+            out += [
+                Sample("host_filesystem_device_error", lab, 0.0),
+                Sample("host_filesystem_size_bytes", lab, st.size),
+                Sample("host_filesystem_free_bytes", lab, st.free),
+                Sample("host_filesystem_available_bytes", lab, st.available),
+                Sample("host_filesystem_files", lab, st.files),
+                Sample("host_filesystem_files_free", lab, st.files_free),
+                Sample("host_filesystem_readonly", lab, 1.0 if st.readonly else 0.0),
             ]
         return out
 

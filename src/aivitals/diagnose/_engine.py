@@ -198,7 +198,7 @@ TOOLBOX = {
 
 _PLACEHOLDER = re.compile(
     r"\{(pid|gpu|port|device|route|interface|process|cache|queue|pool"
-    r"|instance|job|xid|model|check|reason|client|in_pod)\}"
+    r"|instance|job|xid|model|check|reason|client|in_pod|mountpoint)\}"
 )
 _NAME = re.compile(r"\b([a-z_][a-z0-9_]*)\b")
 

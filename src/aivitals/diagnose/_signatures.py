@@ -22,8 +22,10 @@ A signature file holds one mapping or a list of them::
     stop_loss: ["Drain and restart pid {pid}."]
     prior: 1.0                        # how much a match alone says (lower for symptom-only ones)
 
-``${name}`` is a threshold from ``params`` (overridable per call) or the
-engine's ``${rate}`` window; ``{label}`` in titles, commands and stop-loss is
+``${name}`` is a threshold from ``params`` (overridable per call), the
+engine's ``${rate}`` window or ``${rate_seconds}``, that window in seconds (a horizon
+written in windows, ``${windows} * ${rate_seconds}``, shrinks with a compressed run's
+window, as an amount over a window must); ``{label}`` in titles, commands and stop-loss is
 filled from the labels of the evidence that held. Every expression is parsed
 with promql-parser at load: a bad one raises ``SignatureError`` naming the id.
 """
@@ -129,6 +131,8 @@ def _fill(sig: str, expr: str, values: Mapping[str, float], rate: str) -> str:
         key = m.group(1)
         if key == "rate":
             return rate
+        if key == "rate_seconds":
+            return _number(promql_parser.parse_duration(rate).total_seconds())
         if key not in values:
             raise SignatureError(sig, f"expression uses ${{{key}}} but params has no {key!r}")
         return _number(values[key])

@@ -3,9 +3,9 @@
 Engines rename their metrics between releases (vLLM's ``gpu_cache_usage_perc``
 became ``kv_cache_usage_perc``); the scrape path applies this table so a rule
 written against our names keeps working whatever the engine calls them.
-Sources: vLLM v1 metrics, SGLang, TGI, Triton, DCGM exporter, node_exporter,
-OpenTelemetry GenAI semantic conventions (dots as emitted by OTel, underscores
-as the Prometheus exporter writes them).
+Sources: vLLM v1 metrics, SGLang, TGI, Triton, DCGM exporter, node_exporter
+(its filesystem collector too), OpenTelemetry GenAI semantic conventions (dots
+as emitted by OTel, underscores as the Prometheus exporter writes them).
 
 A Prometheus that scrapes the engines directly never sees that path: the
 recording rules of ``aivitals rules export`` and the diagnosis's query
@@ -299,6 +299,19 @@ ALIASES: tuple[Alias, ...] = (
     Alias("node_network_transmit_drop_total", "host_network_transmit_drops_total", "node"),
     Alias("node_netstat_Tcp_OutSegs", "host_tcp_out_segments_total", "node"),
     Alias("node_netstat_Tcp_RetransSegs", "host_tcp_retransmitted_segments_total", "node"),
+    # --- node_exporter filesystem collector (same labels: mountpoint, device, fstype) --
+    Alias("node_filesystem_size_bytes", "host_filesystem_size_bytes", "node"),
+    Alias("node_filesystem_free_bytes", "host_filesystem_free_bytes", "node"),
+    Alias(
+        "node_filesystem_avail_bytes",
+        "host_filesystem_available_bytes",
+        "node",
+        note="space available to non-root users",
+    ),
+    Alias("node_filesystem_files", "host_filesystem_files", "node"),
+    Alias("node_filesystem_files_free", "host_filesystem_files_free", "node"),
+    Alias("node_filesystem_readonly", "host_filesystem_readonly", "node"),
+    Alias("node_filesystem_device_error", "host_filesystem_device_error", "node"),
 )
 
 #: Our series that no single foreign name maps to, computed by a PromQL expression.

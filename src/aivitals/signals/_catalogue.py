@@ -49,6 +49,8 @@ MODEL_L = ("model", "model_version", "device")
 GPU = ("gpu", "backend")
 #: Set by the GPU collector on a process that runs in a Kubernetes pod; absent otherwise.
 POD = ("namespace", "pod", "container", "pod_uid")
+#: A mounted filesystem, labelled as node_exporter labels it.
+FS = ("mountpoint", "device", "fstype")
 
 # name, type, unit, layer, labels, help  (buckets filled in below by unit/name)
 _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
@@ -522,6 +524,36 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
     ),
     ("host_disk_reads_completed_total", C, "operations", INFRA, ("device",), "Reads completed."),
     ("host_disk_writes_completed_total", C, "operations", INFRA, ("device",), "Writes completed."),
+    # --- filesystems (node_exporter's node_filesystem_*, same labels) -------------------
+    ("host_filesystem_size_bytes", G, "bytes", INFRA, FS, "Size of the filesystem."),
+    (
+        "host_filesystem_free_bytes",
+        G,
+        "bytes",
+        INFRA,
+        FS,
+        "Free space, the blocks reserved for root included.",
+    ),
+    (
+        "host_filesystem_available_bytes",
+        G,
+        "bytes",
+        INFRA,
+        FS,
+        "Space a non-root process can still write (free minus the root reserve): what "
+        "runs out first for a service.",
+    ),
+    ("host_filesystem_files", G, "inodes", INFRA, FS, "Inodes of the filesystem."),
+    ("host_filesystem_files_free", G, "inodes", INFRA, FS, "Free inodes."),
+    ("host_filesystem_readonly", G, "", INFRA, FS, "1 when the filesystem is mounted read-only."),
+    (
+        "host_filesystem_device_error",
+        G,
+        "",
+        INFRA,
+        FS,
+        "1 when statvfs of the mount failed or hung this scrape (its space is then not reported).",
+    ),
     ("host_network_receive_bytes_total", C, "bytes", INFRA, ("interface",), "Bytes received."),
     ("host_network_transmit_bytes_total", C, "bytes", INFRA, ("interface",), "Bytes sent."),
     (
