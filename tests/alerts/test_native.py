@@ -262,3 +262,12 @@ def test_promtool_and_vmalert_accept_the_rule_file(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_with_native_rewrites_a_name_and_not_the_longer_names_it_begins() -> None:
+    # host_load1 is the start of host_load15: only the first is asked through node_load1
+    # (the parser prints every selector with its braces, so one name never matches the
+    # beginning of another)
+    out = with_native("max(host_load15) > max(host_load1)", {"host_load1"})
+    assert "node_load1" in out and "node_load15" not in out
+    assert "max(host_load15{})" in out

@@ -564,3 +564,21 @@ def test_metrics_path_and_raw_asgi_apps(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING, logger="aivitals.instrument"):
         AivitalsMiddleware(app, registry=CollectorRegistry(), metrics_path=None)
     assert not caplog.records  # nothing served, nothing shadowed
+
+
+@pytest.mark.anyio
+async def test_a_catch_all_route_or_a_root_mount_is_not_shadowed_but_served_in_front() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    async def page(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("page")
+
+    catch_all = Starlette(routes=[Route("/{path:path}", page)])
+    root_mount = Starlette(routes=[Mount("/", app=Starlette(routes=[Route("/{p:path}", page)]))])
+    for app in (catch_all, root_mount):
+        wrapped = AivitalsMiddleware(app, registry=CollectorRegistry())  # no ConfigError
+        async with await _client(wrapped) as client:
+            assert "http_request_duration_seconds" in (await client.get("/metrics")).text
+            assert (await client.get("/anything")).text == "page"

@@ -348,3 +348,15 @@ def test_legacy_write_callable_counts_the_bytes() -> None:
     wrapped = instrument_wsgi(app, registry=reg, routes=["/w"])
     assert call(wrapped, environ(path="/w")).body == b"678"
     assert value(reg, "http_response_body_size_bytes_sum", method="GET", route="/w") == 8
+
+
+def test_a_catch_all_flask_route_is_not_shadowed_but_served_in_front() -> None:
+    app = flask_app(CollectorRegistry())
+
+    @app.get("/<path:anything>")
+    def page(anything: str) -> str:
+        return "page"
+
+    instrument_wsgi(app, registry=CollectorRegistry())  # no ConfigError: not this path's own
+    assert b"http_request_duration_seconds" in call(app, environ(path="/metrics")).body
+    assert call(app, environ(path="/anything")).body == b"page"

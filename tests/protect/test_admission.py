@@ -164,8 +164,8 @@ async def test_predicted_wait_past_the_deadline_is_refused_at_once() -> None:
 async def test_a_queued_request_leaves_before_its_deadline_passes() -> None:
     ctl = controller(initial_limit=1, queue_size=10)
     # service takes 0.1 s (with two samples the estimate is their maximum): a waiter leaves
-    # one service time before its deadline, a margin no scheduling delay of a loaded
-    # machine eats, where a 10 ms service left a 10 ms margin that one slow wake-up did
+    # one service time before its deadline, a margin wider than a loaded machine's delay
+    # in waking a task
     await learn_latency(ctl, 0.1, n=2)
     release = asyncio.Event()
     holder = asyncio.ensure_future(hold(ctl, release))

@@ -591,8 +591,7 @@ def test_a_five_minute_compressed_soak_runs_through_and_leaves_nothing(tmp_path:
     assert len(recorded.polls) == data["polls"]
     assert len(recorded.label["polls"]) == data["polls"]
     assert recorded.start <= data["soak_started_at"] and recorded.end >= data["ended_at"] - 1
-    # the whole verdict is enforced: every poll healthy as well as no P0/P1 page (the
-    # poll verdict was measured and printed first, and held in every soak since)
+    # the whole verdict is enforced: every poll healthy as well as no P0/P1 page
     unhealthy = [p for p in data["poll_results"] if not p["healthy"]]
     assert data["passed"] is True, (
         f"{summary}; P0/P1 alerts: {json.dumps(data['alerts'], indent=1)}; "

@@ -87,7 +87,7 @@ __all__ = ["agent", "collectors"]
     "params",
     multiple=True,
     metavar="NAME=VALUE",
-    help="A parameter of the shipped pack (aivitals rules export --help lists them; repeat).",
+    help="A parameter of the shipped pack (docs/alerts.md, Parameters, lists them; repeat).",
 )
 @click.option(
     "--notify",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -222,13 +223,27 @@ def _revert_path(e: Entry, run: RunDir | None) -> None:
         p.unlink(missing_ok=True)
 
 
-def mounted(target: str) -> bool:
-    """Whether a filesystem is mounted on ``target`` (a path without spaces)."""
+def mounted(target: str, *, table: Path = Path("/proc/self/mounts")) -> bool:
+    """Whether a filesystem is mounted on ``target``.
+
+    mount(8) records the canonical path and the kernel escapes blanks as octal
+    (``\\040``): the kernel's field is unescaped and the target canonicalised before
+    they are compared, so a run root given as a relative or symlinked path, or one with
+    a space, still finds its mount (else the revert would remove the files under it and
+    leave the mount and its loop device).
+    """
     try:
-        text = Path("/proc/self/mounts").read_text()
+        text = table.read_text()
     except OSError:
         return False
-    return any(len(f) > 1 and f[1] == target for f in (ln.split() for ln in text.splitlines()))
+    wanted = {target, os.path.realpath(target)}
+    return any(
+        len(f) > 1 and _unescape(f[1]) in wanted for f in (ln.split() for ln in text.splitlines())
+    )
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _revert_mount(e: Entry, run: RunDir | None) -> None:

@@ -513,7 +513,9 @@ class AivitalsMiddleware(_RouteTable):
                 )
             return
         route = self._resolver.serves(path)
-        if route is None or route == UNMATCHED:
+        # only a route of exactly this path shadows: a catch-all (``/{path:path}``) or a
+        # root mount answers every path, and the exposition in front of it is the point
+        if route is None or route.rstrip("/") != path.rstrip("/"):
             return
         message = (
             f"metrics_path {path!r} is a path the app serves already (route {route!r}); "

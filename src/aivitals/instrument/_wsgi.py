@@ -456,7 +456,9 @@ class AivitalsWSGIMiddleware(_RouteTable):
                 )
             return
         rule = self._routes.serves(path)
-        if rule is None:
+        # only a rule of exactly this path shadows: a catch-all (``/<path:p>``) answers
+        # every path, and the exposition in front of it is the point
+        if rule is None or rule.rstrip("/") != path.rstrip("/"):
             return
         message = (
             f"metrics_path {path!r} is a path the app serves already (route {rule!r}); "
