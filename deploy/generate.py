@@ -21,14 +21,21 @@ import yaml
 from aivitals.alerts import RulePack, default_pack, native_rule_group
 from aivitals.dashboards import configmaps_yaml
 
+#: The exporters whose names the PrometheusRule records under ours: the serving engines.
+#: Not node_exporter's or dcgm-exporter's: the DaemonSet's agent exports every node's host
+#: and GPU series itself, and the recording rules' guard is per target, so a cluster that
+#: also scrapes those exporters would hold each node's series (and page) twice.
+ENGINE_SOURCES = ("vllm", "sglang", "tgi", "triton", "otel")
+
 HERE = Path(__file__).resolve().parent / "kubernetes"
 RULE_FILE = HERE / "prometheusrule.yaml"
 DASHBOARD_FILE = HERE / "dashboards-configmaps.yaml"
 
 
 def prometheusrule_yaml(pack: RulePack) -> str:
-    """The pack as a PrometheusRule, its native-name recording rules first (a Prometheus
-    that scrapes vLLM or DCGM directly); labelled for kube-prometheus-stack's rule selector."""
+    """The pack as a PrometheusRule, the engines' native-name recording rules first (a
+    Prometheus that scrapes vLLM or SGLang directly); labelled for kube-prometheus-stack's
+    rule selector."""
     doc = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -43,7 +50,7 @@ def prometheusrule_yaml(pack: RulePack) -> str:
         },
         "spec": {
             "groups": [
-                native_rule_group(pack.params.evaluation_interval),
+                native_rule_group(pack.params.evaluation_interval, sources=ENGINE_SOURCES),
                 *yaml.safe_load(pack.text)["groups"],
             ]
         },

@@ -9,6 +9,7 @@ field by field against the operator's v1 API, and the rules with promtool.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -257,12 +258,16 @@ def test_generated_copies_are_current() -> None:
         assert path.read_text() == text, f"{path.name} is stale: run python deploy/generate.py"
     rule = yaml.safe_load((BASE / "prometheusrule.yaml").read_text())
     native, *pack_groups = rule["spec"]["groups"]
-    assert native == native_rule_group(default_pack().params.evaluation_interval)
+    interval = default_pack().params.evaluation_interval
+    assert native == native_rule_group(interval, sources=gen.ENGINE_SOURCES)
+    # the engines' names only: the DaemonSet's agent exports host and GPU series itself,
+    # so node_exporter's and DCGM's forms would count every node twice
+    recorded = json.dumps(native)
+    assert "vllm:" in recorded and "node_" not in recorded and "DCGM_" not in recorded
+    assert native != native_rule_group(interval)  # the full group reads them
     assert pack_groups == yaml.safe_load(default_pack().text)["groups"]
     maps = list(yaml.safe_load_all((BASE / "dashboards-configmaps.yaml").read_text()))
     docs = build_dashboards()
-    import json
-
     for m in maps:
         ((name, text),) = m["data"].items()
         assert json.loads(text) == docs[name.removesuffix(".json")]

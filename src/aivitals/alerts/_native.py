@@ -11,7 +11,10 @@ selector of ours falls back to the native series where ours is missing.
 
 Neither may count a target twice: a native form is dropped for every target
 (``job``, ``instance``) that already exports the sample under our name (an agent
-in between, an instrumented service).
+in between, an instrumented service). The guard is per target: a node whose agent
+exports host and GPU series while Prometheus also scrapes its node_exporter or
+dcgm-exporter has both, which is why the Kubernetes deploy, whose DaemonSet runs the
+agent, records only the engines' names (``native_rule_group(sources=...)``).
 """
 
 from __future__ import annotations
@@ -166,13 +169,16 @@ def native_expr(
     *,
     source_label: bool = False,
     call: _Call | None = None,
+    sources: Collection[str] | None = None,
 ) -> str | None:
     """PromQL reading ``sample`` from every native form of it (``or`` between them).
 
     ``matchers`` are on our label names: each is moved onto the exporter's label
     (``model`` -> vLLM's ``model_name``), dropped where the form adds that label
     itself (a form whose added label fails it is left out). ``source_label`` sets
-    ``aivitals_source`` to the exporter on the result. None when no form applies.
+    ``aivitals_source`` to the exporter on the result; ``sources`` keeps the forms of
+    those exporters only (``"vllm"``, ``"dcgm"``, ``"node"``, ...). None when no form
+    applies.
 
     **Usage**::
 
@@ -183,6 +189,8 @@ def native_expr(
     labels = set(spec.labels) if spec is not None else set()
     parts = []
     for form in native_forms(sample):
+        if sources is not None and form.source not in sources:
+            continue
         rendered = _render(form, matchers, labels, call)
         if rendered is None:
             continue

@@ -7,13 +7,16 @@ alias tables: ``kv_cache_usage_ratio`` recorded from ``vllm:kv_cache_usage_perc`
 free + reserved MiB, and so on, so the shipped pack's rules fire on them unchanged.
 Each recorded series carries ``aivitals_source`` (the exporter), and none is
 recorded for a target (``job``, ``instance``) that exports the sample under our
-name already: an agent or an instrumented service in front of the same engine is
+name already: an agent or an instrumented service scraped as the same target is
 never counted twice. The rule's own output carries ``aivitals_source`` and so does
-not count as "ours" for that guard.
+not count as "ours" for that guard. The guard is per target, not per node: where an
+agent exports a node's host and GPU series and Prometheus scrapes that node's
+node_exporter or dcgm-exporter too, leave those sources out (``sources=``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import yaml
@@ -27,12 +30,15 @@ NATIVE_RULE_FILE = "aivitals-native.yml"
 NATIVE_GROUP = "aivitals-native-names"
 
 
-def native_rule_group(evaluation_interval: str = "15s") -> dict[str, Any]:
-    """The recording rules as one Prometheus rule group (a dict, as YAML has it)."""
+def native_rule_group(
+    evaluation_interval: str = "15s", *, sources: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The recording rules as one Prometheus rule group (a dict, as YAML has it); with
+    ``sources``, only the rules reading those exporters (``"vllm"``, ``"node"``, ...)."""
     on = ", ".join(GUARD_LABELS)
     rules = []
     for sample in native_samples():
-        expr = native_expr(sample, source_label=True)
+        expr = native_expr(sample, source_label=True, sources=sources)
         if expr is None:
             continue
         guard = f'{sample}{{{SOURCE_LABEL}=""}}'
