@@ -420,3 +420,18 @@ def test_the_agent_serves_its_own_diagnosis_with_memory() -> None:
         Agent(cfg()).serve_diagnosis(window=0.0)
     with pytest.raises(StoreError):
         Agent(cfg(exporter=True)).serve_diagnosis()
+
+
+def test_auto_without_a_readable_gpu_on_nvidia_hardware_declares_it_unreadable(
+    tmp_path: Path,
+) -> None:
+    """GPUMetricsAbsent must still page on a node whose NVIDIA driver or devices are there
+    but which no backend could read; a node with no sign of a GPU declares none."""
+    from aivitals.agent._agent import _gpu_backend
+
+    driver = tmp_path / "driver-nvidia"
+    assert _gpu_backend([Counting()], asked="auto", signs=[driver]) == "none"
+    driver.mkdir()
+    assert _gpu_backend([Counting()], asked="auto", signs=[driver]) == "unreadable"
+    # asked for none: no GPU is expected, whatever the node has
+    assert _gpu_backend([Counting()], asked="none", signs=[driver]) == "none"

@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..collect import BaseCollector, Collector, Event, Scraper, health_samples, reason_of
@@ -53,7 +54,9 @@ class Agent:
         )
         #: the GPU backend this agent runs, exported as aivitals_gpu_backend_info so that
         #: GPUMetricsAbsent (here or on a Prometheus) stays quiet on a machine without one
-        self.gpu_backend = _gpu_backend(self.collectors)
+        self.gpu_backend = _gpu_backend(
+            self.collectors, asked=cfg.gpu if collectors is None else "none"
+        )
         self.scrapers = [
             Scraper(t.url, job=t.job, timeout=cfg.scrape_timeout, max_bytes=cfg.scrape_max_bytes)
             for t in cfg.scrape
@@ -349,9 +352,23 @@ class Agent:
             self._rejected.update(stats.rejected)
 
 
-def _gpu_backend(collectors: Sequence[Collector]) -> str:
-    """The backend of the GPU collector (nvml, smi, sim), or "none" when there is none."""
+#: Signs of NVIDIA hardware on a node, present even when no backend can read it.
+NVIDIA_SIGNS = (Path("/proc/driver/nvidia"), Path("/dev/nvidiactl"), Path("/dev/nvidia0"))
+
+
+def _gpu_backend(
+    collectors: Sequence[Collector], *, asked: str = "none", signs: Sequence[Path] = NVIDIA_SIGNS
+) -> str:
+    """The backend of the GPU collector (nvml, smi, sim); "unreadable" when ``--gpu auto``
+    found none on a node that shows NVIDIA hardware; else "none".
+
+    A node whose driver or devices are visible but which no backend could read (a broken
+    driver, NVML missing) is the blindness GPUMetricsAbsent exists to page: declaring it
+    "none" would silence that alert exactly there.
+    """
     for c in collectors:
         if c.name == "gpu":
             return str(getattr(getattr(c, "backend", None), "name", None) or "other")
+    if asked == "auto" and any(p.exists() for p in signs):
+        return "unreadable"
     return "none"

@@ -753,8 +753,9 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "",
         SERVICE,
         ("backend",),
-        "The GPU backend the agent runs: nvml, smi, sim (simulated), or none (no GPU "
-        "collector: GPUMetricsAbsent stays quiet for it).",
+        "The GPU backend the agent runs: nvml, smi, sim (simulated), unreadable (NVIDIA "
+        "hardware no backend could read), or none (no GPU: GPUMetricsAbsent stays quiet "
+        "for it).",
     ),
     ("aivitals_tsdb_series", G, "series", SERVICE, (), "Series in the embedded store."),
     (
