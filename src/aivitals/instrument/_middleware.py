@@ -30,7 +30,7 @@ from ._fast import FOLD_AT, PENDING, FastFamily, fold_pending, is_lean
 from ._labels import OTHER, CardinalityGuard
 from ._logging import LIFECYCLE, RequestLines, fast_lane, log_event
 from ._metrics import family
-from ._routes import UNMATCHED, RouteResolver, declared_routes
+from ._routes import UNMATCHED, RouteResolver, declared_routes, metrics_path_taken
 from ._sinks import REQUEST_SINKS, notify
 
 __all__ = ["AivitalsMiddleware", "instrument"]
@@ -512,16 +512,9 @@ class AivitalsMiddleware(_RouteTable):
                     path,
                 )
             return
-        route = self._resolver.serves(path)
-        # only a route of exactly this path shadows: a catch-all (``/{path:path}``) or a
-        # root mount answers every path, and the exposition in front of it is the point
-        if route is None or route.rstrip("/") != path.rstrip("/"):
+        message = metrics_path_taken(path, self._resolver.serves(path), "metrics_app()")
+        if message is None:
             return
-        message = (
-            f"metrics_path {path!r} is a path the app serves already (route {route!r}); "
-            f"pass metrics_path= a free path such as '/aivitals/metrics', or None to serve "
-            f"the exposition yourself (aivitals.instrument.metrics_app())"
-        )
         if starting:
             raise ConfigError(message)
         self._metrics_app = None

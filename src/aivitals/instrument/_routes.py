@@ -12,7 +12,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["UNMATCHED", "RouteResolver", "compile_template", "declared_routes"]
+__all__ = [
+    "UNMATCHED",
+    "RouteResolver",
+    "compile_template",
+    "declared_routes",
+    "metrics_path_taken",
+]
 
 #: The one label value every path no route matched is folded into.
 UNMATCHED = "<unmatched>"
@@ -164,3 +170,20 @@ def _template_of(route: Any, scope: dict[str, Any], prefix: str, depth: int) -> 
     if isinstance(path, str):
         return prefix + path if path else prefix or "/"
     return None
+
+
+def metrics_path_taken(path: str, route: str | None, exposition: str) -> str | None:
+    """Why the middleware may not answer ``path``, or None: the app's route ``route``
+    (the one that answers ``path``, any method) is that very path's.
+
+    Only a route of exactly this path shadows: a catch-all (``/{path:path}``,
+    ``/<path:p>``) or a root mount answers every path, and the exposition in front of it
+    is the point. Shared by the ASGI and WSGI middleware, whose refusals must agree.
+    """
+    if route is None or route.rstrip("/") != path.rstrip("/"):
+        return None
+    return (
+        f"metrics_path {path!r} is a path the app serves already (route {route!r}); "
+        f"pass metrics_path= a free path such as '/aivitals/metrics', or None to serve "
+        f"the exposition yourself (aivitals.instrument.{exposition})"
+    )

@@ -47,7 +47,13 @@ from ._middleware import (
     _RouteTable,
 )
 from ._multiprocess import ensure_multiprocess
-from ._routes import MAX_DECLARED, TEMPLATE_METHODS, UNMATCHED, compile_template
+from ._routes import (
+    MAX_DECLARED,
+    TEMPLATE_METHODS,
+    UNMATCHED,
+    compile_template,
+    metrics_path_taken,
+)
 from ._sinks import REQUEST_SINKS, notify
 
 __all__ = ["AivitalsWSGIMiddleware", "instrument_wsgi", "looks_asgi", "looks_wsgi"]
@@ -455,16 +461,9 @@ class AivitalsWSGIMiddleware(_RouteTable):
                     path,
                 )
             return
-        rule = self._routes.serves(path)
-        # only a rule of exactly this path shadows: a catch-all (``/<path:p>``) answers
-        # every path, and the exposition in front of it is the point
-        if rule is None or rule.rstrip("/") != path.rstrip("/"):
+        message = metrics_path_taken(path, self._routes.serves(path), "metrics_wsgi_app()")
+        if message is None:
             return
-        message = (
-            f"metrics_path {path!r} is a path the app serves already (route {rule!r}); "
-            f"pass metrics_path= a free path such as '/aivitals/metrics', or None to serve "
-            f"the exposition yourself (aivitals.instrument.metrics_wsgi_app())"
-        )
         if starting:
             raise ConfigError(message)
         # a route added after instrument_wsgi(): the app's route wins, and it is said loudly
