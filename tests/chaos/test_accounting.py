@@ -3,7 +3,7 @@
 Each fault of the fault table runs through the real CLI, as a user runs it
 (``aivitals chaos run`` here for every fault and value; ``aivitals validate``
 for the non-default values, whose defaults ``tests/validate/test_quick_run.py``
-accounts for over all 20 scenarios; ``aivitals demo --fault``), under a child
+accounts for on one fault of each layer; ``aivitals demo --fault``), under a child
 subreaper, and afterwards no process of the run is alive (descendant, cwd in
 its dirs, its ports or run ids on the command line, its run marker), no
 network namespace or nft table of the run exists, and no temp dir of the run

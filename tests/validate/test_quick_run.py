@@ -2,8 +2,10 @@
 service and the agent, injecting faults through aivitals.chaos and checking
 alerts, diagnosis, logs and resolve.
 
-CI runs every scenario this machine can host, and the validated pairs, once, with
-validate's strict checks and no retry, and a miss of any of them fails CI: the clients'
+CI runs one fault of each layer (model, service, business, infrastructure), once, with
+validate's strict checks and no retry, and a miss of any of them fails CI; every fault and
+the validated pairs are the benchmark's to run (``benchmarks/flake.py``, N times each),
+since all 25 cases take 18 minutes of CI's 45. The checks: the clients'
 impact, every expected alert firing within its deadline, no paging alert the fault table
 does not list, the diagnosis (named first at the end of the fault phase and on every poll
 after it first did), logs, revert, resolve, an error-free run and nothing left behind
@@ -26,9 +28,24 @@ from aivitals.validate._cases import PAIRS
 from aivitals.validate._runner import FAULT_CASE_CACHE_TTL_S
 from tests._servers import require_binary
 
-#: Every fault of the chaos table, then the pairs; the ones this machine cannot host
-#: are skipped by validate itself (and checked to be exactly those below).
+#: Every fault of the chaos table, then the pairs: what benchmarks/flake.py runs.
 ALL = (*SCENARIOS, *("+".join(p) for p in PAIRS))
+
+
+def _first_of_each_layer() -> tuple[str, ...]:
+    """The first fault of each layer in the chaos table's order: a rule fixed in advance,
+    so CI's subset is not a pick of the steadiest cases."""
+    from aivitals.chaos import FAULT_TABLE
+
+    first: dict[str, str] = {}
+    for name, row in FAULT_TABLE.items():
+        first.setdefault(row.layer, name)
+    return tuple(first.values())
+
+
+#: What CI runs; the ones this machine cannot host are skipped by validate itself (and
+#: checked to be exactly those).
+CI_CASES = _first_of_each_layer()
 
 
 def test_every_fault_of_the_chaos_table_has_a_scenario() -> None:
@@ -59,7 +76,7 @@ def _run(tmp_path: Path, names: tuple[str, ...], tag: str) -> dict[str, list[str
     argv = cli("validate", "--quick", "--scenarios", ",".join(names), "--report", str(report),
                "--record", str(_recordings(tmp_path, tag)))  # fmt: skip
     before = Machine.now()
-    outcome = run_as_user(dirs, [{"argv": argv, "timeout": 2200}], timeout=2300)
+    outcome = run_as_user(dirs, [{"argv": argv, "timeout": 1200}], timeout=1300)
     assert outcome.codes[0] in (0, 1), outcome.output[-4000:]  # 1: a check failed (below)
     data = json.loads(report.read_text())
     env = data["environment"]
@@ -97,6 +114,14 @@ def _measured_only(check: dict[str, object]) -> bool:
     return str(check["name"]) in MEASURED
 
 
+def test_ci_runs_one_fault_of_every_layer() -> None:
+    from aivitals.chaos import FAULT_TABLE
+
+    layers = [FAULT_TABLE[n].layer for n in CI_CASES]
+    assert sorted(layers) == sorted({row.layer for row in FAULT_TABLE.values()})
+    assert all(n in SCENARIOS for n in CI_CASES)
+
+
 def test_every_strict_check_is_enforced() -> None:
     assert not _measured_only({"name": "alert:GPUMemoryHigh"})
     assert not _measured_only({"name": "impact"})
@@ -106,12 +131,12 @@ def test_every_strict_check_is_enforced() -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_validate_quick_catches_every_hostable_fault(
+@pytest.mark.timeout(1400)
+def test_validate_quick_catches_one_fault_of_every_layer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     require_binary("redis-server")
-    failed = _run(tmp_path, ALL, "once")  # once: no retry
+    failed = _run(tmp_path, CI_CASES, "once")  # once: no retry
     enforced = {
         fault: [c["text"] for c in checks if not _measured_only(c)]
         for fault, checks in failed.items()
