@@ -50,7 +50,7 @@ def test_the_quick_scale_holds_the_compressed_values() -> None:
     assert dict(s.rule_windows) == QUICK_WINDOWS
     assert s.warm_up == 15.0
     assert s.phases == Phases(baseline=10.0, fault_min=5.0, fault_max=25.0, recover_max=20.0)
-    assert (s.poll_every, s.stable_polls, s.settle_ticks) == (3.0, 3, 8)
+    assert (s.poll_every, s.stable_for, s.settle_ticks) == (3.0, 30.0, 8)
     assert (s.diagnosis_window, s.diagnosis_rate, s.hold) == (15.0, 8.0, 16.0)
     assert s.soak == SoakCadence(poll_every=10.0, window=60.0, min_window=30.0, cache_ttl=60.0)
     assert (s.server_tick, s.server_lag, s.alert_group) == (1.0, 1.0, 1.0)
@@ -63,7 +63,7 @@ def test_the_shipped_scale_holds_the_real_time_values() -> None:
     assert s.tick == 5.0 and s.for_factor == 1.0 and dict(s.rule_windows) == {}
     assert s.warm_up == 300.0
     assert s.phases == Phases(baseline=60.0, fault_min=30.0, fault_max=120.0, recover_max=180.0)
-    assert (s.poll_every, s.stable_polls, s.settle_ticks) == (10.0, 3, 8)
+    assert (s.poll_every, s.stable_for, s.settle_ticks) == (10.0, 120.0, 8)
     # the rate is left to the diagnosis (a minute), and the hold is two of those
     assert (s.diagnosis_window, s.diagnosis_rate, s.hold) == (30.0, None, 120.0)
     assert s.soak == SoakCadence(poll_every=30.0, window=180.0, min_window=90.0, cache_ttl=300.0)

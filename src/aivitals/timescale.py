@@ -68,8 +68,10 @@ class TimeScale:
     phases: Phases
     #: validate's period between two diagnosis polls of a fault phase, seconds
     poll_every: float
-    #: polls that must agree after the first match before a fault phase may end early
-    stable_polls: int
+    #: seconds the diagnosis is watched after its first correct poll before a fault phase
+    #: may end (it runs on past ``fault_max`` to give it that long): a few polls cover
+    #: seconds, and an operator acts on an answer that holds for minutes
+    stable_for: float
     #: the calm after a revert is at least this many ticks (and one rate window)
     settle_ticks: int
     #: validate's least diagnosis window, seconds, however short the baseline
@@ -168,7 +170,7 @@ QUICK = TimeScale(
     # and its detector learns "normal" from the first 5 of those seconds
     phases=Phases(baseline=10.0, fault_min=5.0, fault_max=25.0, recover_max=20.0),
     poll_every=3.0,
-    stable_polls=3,
+    stable_for=30.0,
     settle_ticks=8,
     # the 10 s baseline and the first poll, 5 s into the fault: never the previous case
     diagnosis_window=15.0,
@@ -194,7 +196,7 @@ SHIPPED = TimeScale(
     warm_up=300.0,
     phases=Phases(baseline=60.0, fault_min=30.0, fault_max=120.0, recover_max=180.0),
     poll_every=10.0,
-    stable_polls=3,
+    stable_for=120.0,
     settle_ticks=8,
     # so the detector has points to learn from, even when the baseline is shorter
     diagnosis_window=30.0,

@@ -343,7 +343,7 @@ class _Engine:
     def __init__(self, events: list[_Event]) -> None:
         self.events = events
 
-    def history(self, start: float | None = None) -> list[_Event]:
+    def history(self, start: float | None = None, end: float | None = None) -> list[_Event]:
         return self.events
 
 
@@ -352,6 +352,92 @@ def _expect(*faults: str) -> object:
     from aivitals.validate._runner import _Expect
 
     return _Expect.of([FAULT_TABLE[f] for f in faults])
+
+
+def test_a_page_after_the_revert_is_a_false_page_even_when_listed() -> None:
+    from aivitals.validate._runner import _recovery_pages
+
+    class Stack:
+        engine = _Engine(
+            [_Event("ProbeLatencyHigh", "P2"), _Event("DiskSaturated", "P1", "pending")]
+        )
+
+    quiet = _recovery_pages(Stack(), _expect("traffic_surge"), 100.0, 112.0)  # type: ignore[arg-type]
+    assert quiet.ok is True and "12 s after the revert" in quiet.text
+    Stack.engine = _Engine([_Event("QueueWaitHigh", "P0"), _Event("GPUMemoryHigh", "P1")])
+    late = _recovery_pages(Stack(), _expect("traffic_surge"), 100.0, 112.0)  # type: ignore[arg-type]
+    assert late.ok is False
+    assert late.data == {
+        "false_paging": ["GPUMemoryHigh", "QueueWaitHigh"],
+        "late": ["QueueWaitHigh"],
+    }
+    assert "QueueWaitHigh: a listed consequence, firing after the fault ended" in late.text
+
+
+class _Clock:
+    """Virtual time for ``_watch``: its 1 s sleeps cost nothing."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def _watched(monkeypatch: pytest.MonkeyPatch, first_match_s: float | None) -> tuple[Any, float]:
+    """``_watch`` on a case whose diagnosis first names the fault ``first_match_s`` after
+    the injection (None: never), its alert firing at once; the polls and the phase's end."""
+    from aivitals.validate import _runner
+
+    clock = _Clock()
+    monkeypatch.setattr(_runner, "time", clock)
+    t_fault = clock.now
+
+    def poll(stack: Any, expect: Any, w: Any, t_base: float, t_f: float, now: float) -> None:
+        hit = first_match_s is not None and now - t_f >= first_match_s
+        w.polls.append(_runner.Poll(now - t_f, hit, "gpu_oom 0.9" if hit else "nothing"))
+
+    monkeypatch.setattr(_runner, "_poll", poll)
+
+    class Stack:
+        class service:
+            @staticmethod
+            def alive() -> bool:
+                return True
+
+        class engine:
+            @staticmethod
+            def history(start: float | None = None) -> list[Any]:
+                ev = _Event("GPUOutOfMemoryErrors", "P0")
+                ev.fired_at = t_fault + 1.0
+                return [ev]
+
+    expect = _expect("gpu_oom")
+    config = ValidateConfig(quick=True)
+    w = _runner._watch(Stack(), expect, t_fault - 10, t_fault, 25.0, config)  # type: ignore[arg-type]
+    return w, clock.now - t_fault
+
+
+@pytest.mark.parametrize("first", [6.0, 20.0])
+def test_the_fault_phase_watches_the_diagnosis_for_stable_for_after_its_first_match(
+    monkeypatch: pytest.MonkeyPatch, first: float
+) -> None:
+    from aivitals.timescale import QUICK
+
+    w, ended = _watched(monkeypatch, first)
+    # never three polls and out: the whole window, past fault_max (25 s) when it must be
+    assert w.held_s() >= QUICK.stable_for
+    assert ended >= first + QUICK.stable_for
+    assert ended <= first + QUICK.stable_for + QUICK.poll_every + 2
+
+
+def test_a_fault_never_named_ends_at_fault_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    w, ended = _watched(monkeypatch, None)
+    assert w.first_match is None and w.held_s() == 0.0
+    assert 25.0 <= ended <= 27.0
 
 
 def test_an_unlisted_paging_alert_fails_the_case() -> None:

@@ -513,7 +513,8 @@ def _scenario(
     if beyond:
         # out of this magnitude's reach in this phase: said, not expected (still allowed)
         expect = replace(expect, alerts=tuple(a for a in expect.alerts if a not in beyond))
-    span = fault_max + _recover_phase(stack, config) + 60
+    # the fault outlives the longest phase: a late first match extends it by stable_for
+    span = fault_max + config.scale.stable_for + _recover_phase(stack, config) + 60
     t_fault = result.t_fault = time.time()
     # a fresh context for each: an earlier scenario may have replaced the stack's Redis
     actives = [
@@ -800,9 +801,10 @@ class _Watched:
     def first_match(self) -> int | None:
         return next((i for i, p in enumerate(self.polls) if p.matched), None)
 
-    def stable_polls_since_match(self) -> int:
+    def held_s(self) -> float:
+        """Seconds from the first correct poll to the last poll (0: no correct poll)."""
         first = self.first_match
-        return 0 if first is None else len(self.polls) - first - 1
+        return 0.0 if first is None else self.polls[-1].after_s - self.polls[first].after_s
 
 
 def poll_times(t_fault: float, end: float, config: ValidateConfig) -> list[float]:
@@ -831,8 +833,10 @@ def _watch(
     config: ValidateConfig,
 ) -> _Watched:
     """Poll alerts each second and the diagnosis every few seconds until the fault is
-    caught and the diagnosis has held for the time scale's ``stable_polls`` more polls
-    (a finding that flips on the next look is not a diagnosis to act on), or time is up.
+    caught and the diagnosis has been watched for the time scale's ``stable_for`` after its
+    first correct poll (a finding that flips a minute later is not one to act on), or
+    ``fault_max`` is up with nothing named. A first match late in the phase extends it to
+    ``stable_for`` after that poll, so the stability is always judged over that long.
 
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
@@ -854,9 +858,12 @@ def _watch(
         if now >= next_diag:
             _poll(stack, expect, w, t_base, t_fault, now)
             next_diag = time.time() + scale.poll_every
-        caught = set(w.fired) >= set(expect.alerts) and w.first_match is not None
-        if caught and w.stable_polls_since_match() >= scale.stable_polls:
-            break
+        first = w.first_match
+        if first is not None:
+            deadline = max(deadline, t_fault + w.polls[first].after_s + scale.stable_for)
+            caught = set(w.fired) >= set(expect.alerts)
+            if caught and w.held_s() >= scale.stable_for:
+                break
     if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
         _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
     return w
@@ -1156,6 +1163,7 @@ def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
         after_s=t_first,
         stable_share=verdict.share,
         polls_after=verdict.after,
+        held_s=round(w.held_s(), 1),
         top=w.polls[-1].named,
     )
     if verdict.quiet_after:
@@ -1170,7 +1178,8 @@ def _diagnosis_check(w: _Watched, expect: _Expect) -> Check:
         return Check("diagnosis", False, text, data)
     text = (
         f"diagnosis: {expect.describe()} {t_first:.0f} s after the fault and on every poll "
-        f"after ({verdict.after} of {verdict.after}); last: {w.polls[-1].named}"
+        f"after ({verdict.after} of {verdict.after}, over {w.held_s():.0f} s); "
+        f"last: {w.polls[-1].named}"
     )
     if verdict.quiet_after:
         text += (
@@ -1293,3 +1302,25 @@ def _recover(
             {"after_s": took, "alerts": sorted(watch)},
         )
     echo(result.add(check).line())
+    echo(result.add(_recovery_pages(stack, expect, t_rev, time.time())).line())
+
+
+def _recovery_pages(stack: ValidateTarget, expect: _Expect, t_rev: float, end: float) -> Check:
+    """A paging alert that starts firing after the revert is a false page: whoever it
+    wakes finds the fault already gone. A listed consequence of the fault is no exception
+    (it is named as one), since the page still comes after the cause has ended."""
+    pages = sorted(
+        {
+            e.alertname
+            for e in stack.engine.history(start=t_rev, end=end)
+            if e.state == "firing" and e.labels.get("severity", "") in PAGING
+        }
+    )
+    span = f"{end - t_rev:.0f} s after the revert"
+    if not pages:
+        return Check("recovery_pages", True, f"no paging alert fired in the {span}")
+    late = [a for a in pages if a in expect.allowed]
+    text = f"false paging alerts in the {span}: " + ", ".join(pages)
+    if late:
+        text += f" ({', '.join(late)}: a listed consequence, firing after the fault ended)"
+    return Check("recovery_pages", False, text, {"false_paging": pages, "late": late})

@@ -569,8 +569,13 @@ def _case_of_report(s: Mapping[str, Any]) -> dict[str, Any] | None:
         "stable_share": (diag or {}).get("data", {}).get("stable_share"),
         "reached": None if sev_check is None else sev_check.get("ok"),
         "reached_text": None if sev_check is None else sev_check.get("text"),
+        # during the fault and after its revert alike
         "false_p0p1": list(
-            (checks.get("other_alerts") or {}).get("data", {}).get("false_paging", [])
+            dict.fromkeys(
+                a
+                for n in ("other_alerts", "recovery_pages")
+                for a in (checks.get(n) or {}).get("data", {}).get("false_paging", [])
+            )
         ),
         "beyond_reach": sorted(n.split(":", 1)[1] for n in checks if n.startswith("beyond_reach:")),
         "fault_s": max(0.0, phase),
