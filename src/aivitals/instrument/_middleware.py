@@ -287,8 +287,7 @@ class _TracedExchange(_Exchange):
 
     def log(self, item: tuple[Any, ...]) -> None:
         _, event, _, fields, _ = self.children.lines.event(item)
-        fields["trace_id"] = self.trace_id
-        log_event(event, fields)
+        log_event(event, {**fields, "trace_id": self.trace_id})
 
 
 class _RouteTable:

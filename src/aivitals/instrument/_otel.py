@@ -48,8 +48,10 @@ OTEL_NAMES: dict[str, tuple[str, str, dict[str, str]]] = {
 
 # The boundaries the GenAI semantic conventions recommend (ExplicitBucketBoundaries
 # in docs/gen-ai/gen-ai-metrics.md of open-telemetry/semantic-conventions).
-_OPERATION_DURATION = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48)
-_OPERATION_DURATION += (40.96, 81.92)
+_OPERATION_DURATION = (
+    *(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48),
+    *(40.96, 81.92),
+)
 _TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 _TPOT = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 _TOKENS = tuple(float(4**i) for i in range(14))  # 1, 4, 16 ... 67108864
@@ -121,7 +123,7 @@ class OTelView:
             (TRACERS, self._tracing),
         ):
             try:
-                sinks.remove(fn)
+                sinks.remove(fn)  # type: ignore[arg-type]
             except ValueError:
                 pass
         for owned in self.owned:
@@ -352,8 +354,13 @@ def _otlp_providers(
 ) -> tuple[Any, Any]:
     """A MeterProvider and a TracerProvider exporting OTLP/HTTP (protobuf) to ``endpoint``."""
     try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        # the ignores: the exporter is an optional extra, absent where mypy may run
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
+            OTLPMetricExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+            OTLPSpanExporter,
+        )
     except ImportError as exc:
         raise ConfigError(
             "OTLP export needs the otel extra (opentelemetry-exporter-otlp-proto-http): "
