@@ -173,7 +173,9 @@ async def test_one_request_reaches_the_receiver_as_spans_and_genai_histograms(
     assert response.headers["x-request-id"]
 
     # the GenAI histograms arrive with the conventions' boundaries, not the SDK's defaults
-    by_name = {m.name: m for m in receiver.metrics}
+    by_name: dict[str, Any] = {}
+    for metric in receiver.metrics:  # the export at force_flush, not the one at close
+        by_name.setdefault(metric.name, metric)
     for name in (
         "gen_ai.server.request.duration",
         "gen_ai.server.time_to_first_token",
@@ -193,6 +195,9 @@ async def test_one_request_reaches_the_receiver_as_spans_and_genai_histograms(
     assert usage["input"].sum == 7 and usage["output"].sum == 3
     duration = by_name["gen_ai.server.request.duration"].histogram.data_points[0]
     assert _attrs(duration)["http.route"] == "/v1/generate"
+    # exemplars link the latency points to the request's trace
+    assert [e.trace_id.hex() for e in duration.exemplars] == [TRACE_ID]
+    assert [e.trace_id.hex() for e in ttft.exemplars] == [TRACE_ID]
 
     # the lifecycle lines carry the trace id
     lines = [json.loads(line) for line in log.read_text().splitlines()]
