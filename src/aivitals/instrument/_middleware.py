@@ -473,7 +473,7 @@ class AivitalsMiddleware(_RouteTable):
             if tracer is not None:
                 # after the sinks: their histogram points are recorded inside the
                 # span, so OpenTelemetry's exemplars point at this trace
-                tracer.end(ex, status)
+                tracer.end(ex, status, duration, seconds)
             REQUEST_STATE.reset(state_token)
 
     async def _not_instrumented(self, scope: Scope, receive: Receive, send: Send) -> None:

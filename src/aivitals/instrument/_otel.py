@@ -220,11 +220,19 @@ class _Tracing:
                 f"00-{ex.trace_id}-{sc.span_id:016x}-{int(sc.trace_flags):02x}".encode("ascii"),
             )
 
-    def end(self, ex: Any, status: int) -> None:
-        """Close the request's span with its status, and restore the context."""
+    def end(self, ex: Any, status: int, duration: Any = None, seconds: float = 0.0) -> None:
+        """Close the request's span with its status, and restore the context.
+
+        ``duration``: the request's ``http_request_duration_seconds`` child; a
+        lean one (single-process mode) keeps ``seconds`` as its bucket's
+        exemplar, so an OpenMetrics scrape links the latency bucket to this trace.
+        """
         span = ex.span
         if span is None:
             return
+        mark = getattr(duration, "exemplar", None)
+        if mark is not None and ex.trace_id is not None:
+            mark(seconds, {"trace_id": ex.trace_id})
         try:
             span.set_attribute("http.response.status_code", status)
             if ex.error_code:
