@@ -84,11 +84,17 @@ async def test_traceparent_is_continued_returned_and_linked_from_openmetrics_exe
                 "/metrics", headers={"accept": "application/openmetrics-text; version=1.0.0"}
             )
             plain = await client.get("/metrics")
+        failing = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=failing, base_url="http://t") as client:
+            boom = await client.get("/v1/boom")
     finally:
         view.close()
         meters.shutdown()
         tracers.shutdown()
-    (server,) = spans.get_finished_spans()
+    server, failed = spans.get_finished_spans()
+    assert boom.status_code == 500
+    assert failed.status.status_code.name == "ERROR"
+    assert failed.attributes is not None and failed.attributes["error.type"] == "500"
     assert server.name == "GET /v1/items/{item_id}"
     assert format(server.context.trace_id, "032x") == TRACE_ID
     assert server.parent is not None and format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
