@@ -34,7 +34,7 @@ from ._labels import OTHER, CardinalityGuard, normalize_version
 from ._logging import CONTEXT_FIELDS, JsonFormatter, LogWriter, configure_logging, log_event
 from ._middleware import AivitalsMiddleware, instrument
 from ._multiprocess import ensure_multiprocess
-from ._otel import OTEL_NAMES, OTelView, enable_otel
+from ._otel import GENAI_BUCKETS, OTEL_NAMES, OTelView, enable_otel
 from ._queue import InstrumentedExecutor, InstrumentedQueue, PoolSaturated
 from ._routes import UNMATCHED
 from ._tokens import count_tokens
@@ -42,6 +42,7 @@ from ._wsgi import AivitalsWSGIMiddleware, instrument_wsgi
 
 __all__ = [
     "CONTEXT_FIELDS",
+    "GENAI_BUCKETS",
     "OTEL_NAMES",
     "OTHER",
     "REQUEST_ID",

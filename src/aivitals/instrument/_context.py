@@ -7,8 +7,9 @@ formatter sit many frames below the middleware that knows the request.
 from __future__ import annotations
 
 from contextvars import ContextVar
+from typing import Any
 
-__all__ = ["REQUEST_ID", "REQUEST_STATE", "RequestState", "current_request_id"]
+__all__ = ["REQUEST_ID", "REQUEST_STATE", "TRACERS", "RequestState", "current_request_id"]
 
 #: A request id bound outside the middleware (protection used alone, a job
 #: runner); inside an instrumented request the id lives on ``REQUEST_STATE``,
@@ -45,6 +46,11 @@ class RequestState:
 
 #: The current request's ``RequestState`` (None outside a request).
 REQUEST_STATE: ContextVar[RequestState | None] = ContextVar("aivitals_request_state", default=None)
+
+#: The request tracer in force (``_otel._Tracing``, set by ``enable_otel``): the
+#: middleware opens a W3C trace-context span per request with ``TRACERS[0]``,
+#: and pays one list test per request while the list is empty.
+TRACERS: list[Any] = []
 
 
 def current_request_id() -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from ..signals import MetricSpec, MetricType
@@ -48,12 +50,24 @@ LOCK = threading.Lock()
 
 
 class _Histogram:
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("bounds", "counts", "exemplars", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * len(bounds)
         self.total = 0.0
+        #: per bucket, the latest exemplar (None until one is set; OpenMetrics only)
+        self.exemplars: list[Exemplar | None] | None = None
+
+    def exemplar(self, value: float, labels: dict[str, str]) -> None:
+        """Keep ``value`` as its bucket's exemplar (the latest wins, as in prometheus_client).
+
+        Only the value's bucket gets it; the count is the caller's to record.
+        """
+        slots = self.exemplars
+        if slots is None:
+            slots = self.exemplars = [None] * len(self.bounds)
+        slots[bisect_left(self.bounds, value)] = Exemplar(labels, value, time.time())
 
     def observe(self, value: float) -> None:
         index = bisect_left(self.bounds, value)  # first bound >= value, as "le" means
@@ -210,10 +224,17 @@ class FastFamily:
         for labels, child in children:
             if isinstance(child, _Histogram):
                 counts, total = child.snapshot()
-                cumulative, buckets = 0, []
+                cumulative = 0
+                buckets: list[tuple[Any, ...]] = []
                 for bound, count in zip(self._bounds, counts, strict=True):
                     cumulative += count
                     buckets.append((floatToGoString(bound), cumulative))  # type: ignore[no-untyped-call]
+                if child.exemplars is not None:
+                    # the text format drops them; OpenMetrics prints them on their bucket
+                    buckets = [
+                        (*bucket, exemplar) if exemplar is not None else bucket
+                        for bucket, exemplar in zip(buckets, list(child.exemplars), strict=True)
+                    ]
                 family.add_metric(list(labels), buckets, total)
             else:
                 family.add_metric(list(labels), child.value)

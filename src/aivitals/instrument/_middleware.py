@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ..errors import ConfigError
 from ._abort import abort_request
 from ._config import InstrumentConfig
-from ._context import REQUEST_STATE, RequestState
+from ._context import REQUEST_STATE, TRACERS, RequestState
 from ._exposition import metrics_app
 from ._fast import FOLD_AT, PENDING, FastFamily, fold_pending, is_lean
 from ._labels import OTHER, CardinalityGuard
@@ -268,6 +268,28 @@ class _Exchange(_Record):
             raise
 
 
+class _TracedExchange(_Exchange):
+    """An ASGI request while a tracer is enabled: its span, and ``traceparent`` in the response.
+
+    A subclass, so that untraced requests keep the plain exchange's code.
+    The lifecycle lines go through ``log_event`` to carry ``trace_id``.
+    """
+
+    span: Any = None
+    otel_token: Any = None
+    trace_id: str | None = None
+    traceparent: tuple[bytes, bytes] | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start" and self.traceparent is not None:
+            message["headers"] = [*message.get("headers", ()), self.traceparent]
+        await _Exchange.send(self, message)
+
+    def log(self, item: tuple[Any, ...]) -> None:
+        _, event, _, fields, _ = self.children.lines.event(item)
+        log_event(event, {**fields, "trace_id": self.trace_id})
+
+
 class _RouteTable:
     """The labelled children of every (method, route), shared by the ASGI and WSGI middleware."""
 
@@ -385,7 +407,8 @@ class AivitalsMiddleware(_RouteTable):
             PENDING.append(children.in_flight)  # started; see _fast.fold_pending
         else:
             children.in_flight.inc()
-        ex = _Exchange(
+        tracer = TRACERS[0] if TRACERS else None
+        ex = (_Exchange if tracer is None else _TracedExchange)(
             rid,
             (header, rid_raw),
             children,
@@ -395,6 +418,8 @@ class AivitalsMiddleware(_RouteTable):
             self._abort_on_disconnect,
         )
         state_token = REQUEST_STATE.set(ex)
+        if tracer is not None:
+            tracer.start(scope, ex, *children.labels)
         try:
             await self.app(scope, ex.receive, ex.send)
         except asyncio.CancelledError:
@@ -445,6 +470,10 @@ class AivitalsMiddleware(_RouteTable):
                     "seconds": seconds,
                 }
                 notify(REQUEST_SINKS, info)
+            if tracer is not None:
+                # after the sinks: their histogram points are recorded inside the
+                # span, so OpenTelemetry's exemplars point at this trace
+                tracer.end(ex, status, duration, seconds)
             REQUEST_STATE.reset(state_token)
 
     async def _not_instrumented(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -791,6 +791,14 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "Log records dropped because the background writer's queue was full.",
     ),
     (
+        "aivitals_otel_export_dropped_total",
+        C,
+        "items",
+        SERVICE,
+        ("signal",),
+        "Spans and metric points the OTLP exporter could not deliver (endpoint down, refused).",
+    ),
+    (
         "aivitals_alerts_firing",
         G,
         "alerts",
