@@ -25,6 +25,7 @@ from typing import Any
 
 from aivitals.errors import ConfigError
 from aivitals.instrument import inference, metrics_app
+from aivitals.instrument._multiprocess import children_directory
 
 
 def call(_: object = None) -> int:
@@ -68,14 +69,15 @@ def main() -> None:
         worker = ctx.Process(target=call)
         worker.start()
         worker.join()
-        print("pids", *sorted([*pids, worker.pid or 0]))
+        print("# pids", *sorted([*pids, worker.pid or 0]))
+        print("# directory", children_directory())
         print(scrape())
     elif mode == "alive":
         ready, done = ctx.Event(), ctx.Event()
         worker = ctx.Process(target=wait_then_call, args=(ready, done))
         worker.start()
         ready.wait(30)
-        print("pid", worker.pid)
+        print("# pid", worker.pid)
         print(scrape())
         done.set()
         worker.join()
