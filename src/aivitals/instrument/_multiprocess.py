@@ -292,8 +292,11 @@ def _after_fork_in_child() -> None:
     if _root_key is None or multiprocess_dir():
         return  # not the root's child, or files already
     _lock = threading.Lock()  # another thread of the parent may have held it at the fork
-    caller = sys._getframe(1)
-    if caller.f_globals.get("__name__") != "multiprocessing.popen_fork":
+    try:
+        forker = sys._getframe(1).f_globals.get("__name__")
+    except ValueError:
+        forker = None  # forked from C code, with no Python caller
+    if forker != "multiprocessing.popen_fork":
         # a plain os.fork (a pre-fork server's worker) serves itself, as before, and is
         # the root of its own multiprocessing workers
         _root_key = _master_key(os.getpid())
