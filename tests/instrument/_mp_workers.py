@@ -9,6 +9,8 @@
   has exited by the second (both printed, split by a ``---`` line);
 - ``served``: a forked worker of a root that made metrics creates ``metrics_app``
   (a forked API server); it prints the refusal;
+- ``unshared``: a spawned worker whose shared directory cannot be made (its
+  traceback goes to stderr); prints its exit code;
 - ``unrelated``: a plain subprocess, not a multiprocessing worker, makes a model
   call with the root's variable inherited.
 """
@@ -90,6 +92,11 @@ def main() -> None:
         worker.start()
         print(queue.get(timeout=30))
         worker.join()
+    elif mode == "unshared":
+        worker = ctx.Process(target=call)
+        worker.start()
+        worker.join(60)
+        print("# exitcode", worker.exitcode)
     elif mode == "unrelated":
         call()
         code = "from tests.instrument._mp_workers import call; call()"

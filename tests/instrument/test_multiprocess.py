@@ -91,11 +91,13 @@ def test_mark_worker_dead_is_harmless_without_multiprocess() -> None:
     assert mark_worker_dead(12345678, None) is None  # no directory configured: nothing to do
 
 
-def _root(*args: str) -> str:
+def _run(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``_mp_workers`` as a fresh root process (no variables from this test run)."""
     env = {k: v for k, v in os.environ.items() if k not in (ENV, ROOT_ENV)}
     env["PYTHONPATH"] = f"{REPO / 'src'}{os.pathsep}{REPO}"
-    done = subprocess.run(
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
+    return subprocess.run(
         [sys.executable, "-m", "tests.instrument._mp_workers", *args],
         env=env,
         cwd=REPO,
@@ -103,6 +105,10 @@ def _root(*args: str) -> str:
         text=True,
         timeout=120,
     )
+
+
+def _root(*args: str) -> str:
+    done = _run(*args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -143,6 +149,17 @@ def test_a_fork_serving_metrics_of_a_root_with_metrics_is_refused_with_the_fix()
     assert "made metrics in its own memory (" in out and "model_aborts_total" in out
     assert "serve /metrics from that process" in out
     assert "export PROMETHEUS_MULTIPROC_DIR set to an empty directory" in out
+
+
+def test_a_worker_without_a_shared_directory_is_refused_at_start(tmp_path: Path) -> None:
+    """Where the directory cannot be made, the worker fails as aivitals loads (its first
+    metric is made at import), with the fix, instead of recording into a memory that
+    nobody scrapes."""
+    (tmp_path / f"aivitals-prometheus-{os.getuid()}").write_text("not a directory")
+    done = _run("unshared", "spawn", tmpdir=tmp_path)
+    assert done.returncode == 0 and "# exitcode 1" in done.stdout
+    assert "ConfigError" in done.stderr and "cannot be made" in done.stderr
+    assert "export PROMETHEUS_MULTIPROC_DIR set to an empty directory" in done.stderr
 
 
 def test_an_unrelated_subprocess_does_not_join_the_root() -> None:

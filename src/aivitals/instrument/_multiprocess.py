@@ -166,8 +166,11 @@ def _metrics_made() -> list[str]:
 
 def _base(fix: str) -> Path:
     base = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}"
-    base.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(base)
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(base)
+    except OSError as exc:
+        raise ConfigError(f"{base} cannot be made ({exc.strerror}); {fix}") from exc
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise ConfigError(f"{base} is not a directory of this user; {fix}")
     return base
