@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,7 +75,7 @@ def test_process_by_pid(tmp_path: Path) -> None:
     assert got[("service_process_connections", "close_wait")] == 1
     assert got[("aivitals_collector_up", "")] == 1
     labels = next(s.labels for s in samples if s.name == "service_process_threads")
-    assert labels == {"pid": "4242", "process": "uvicorn"}
+    assert labels == {"pid": "4242", "process": "uvicorn", "role": "main"}
 
 
 def test_find_listener_and_by_port(tmp_path: Path) -> None:
@@ -117,3 +122,104 @@ def test_this_process_for_real() -> None:
 def test_needs_exactly_one_target(kwargs: dict[str, int]) -> None:
     with pytest.raises(ConfigError, match="exactly one"):
         ProcessCollector(**kwargs)
+
+
+def test_bad_bounds_are_refused() -> None:
+    with pytest.raises(ConfigError, match="max_processes"):
+        ProcessCollector(pid=1, max_processes=0)
+    with pytest.raises(ConfigError, match="rediscover"):
+        ProcessCollector(pid=1, rediscover=0)
+
+
+# A real service of several processes: a parent that listens, two forked workers that
+# inherit the listening socket, and a helper one worker forks after closing its copy.
+SERVICE = """
+import json, os, socket, sys, time
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+sock.listen()
+r, w = os.pipe()
+workers = []
+for n in range(2):
+    pid = os.fork()
+    if pid == 0:
+        if n == 0:
+            helper = os.fork()
+            if helper == 0:
+                sock.close()
+                os.write(w, b"%d\\n" % os.getpid())
+                time.sleep(120)
+                os._exit(0)
+        time.sleep(120)
+        os._exit(0)
+    workers.append(pid)
+helper = int(os.read(r, 64).split()[0])
+print(json.dumps({"port": sock.getsockname()[1], "listener": os.getpid(),
+                  "workers": workers, "helper": helper}), flush=True)
+while True:
+    try:
+        os.waitpid(-1, 0)  # reap an exiting worker, as a pre-fork master does
+    except ChildProcessError:
+        time.sleep(0.1)
+"""
+
+
+def _roles(collector: ProcessCollector) -> dict[int, str]:
+    samples = list(collector.collect())
+    assert next(s.value for s in samples if s.name == "aivitals_collector_up") == 1
+    return {
+        int(s.labels["pid"]): s.labels["role"]
+        for s in samples
+        if s.name == "service_process_threads"
+    }
+
+
+def test_every_process_of_a_real_pre_fork_service_is_followed_with_its_role() -> None:
+    service = subprocess.Popen(
+        [sys.executable, "-c", SERVICE], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert service.stdout is not None
+        tree = json.loads(service.stdout.readline())
+        collector = ProcessCollector(port=tree["port"])
+        worker, other = tree["workers"]
+        assert _roles(collector) == {
+            tree["listener"]: "listener",
+            worker: "worker",
+            other: "worker",
+            tree["helper"]: "child",
+        }
+        assert find_listener(tree["port"]) == tree["listener"]  # the top, not a worker
+        os.kill(other, signal.SIGKILL)  # a worker exits between two scrapes
+        deadline = time.monotonic() + 10
+        while (Path("/proc") / str(other)).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the parent reaps it
+        roles = _roles(collector)
+        assert other not in roles and roles[worker] == "worker" and len(roles) == 3
+        capped = ProcessCollector(port=tree["port"], max_processes=2)
+        assert set(_roles(capped).values()) == {"listener", "worker"}  # holders first
+        assert capped.error_counts() == {"process_cap": 1}
+    finally:
+        os.killpg(service.pid, signal.SIGKILL)
+        service.wait(10)
+
+
+def test_by_pid_follows_the_children_of_this_process() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        roles = _roles(ProcessCollector(pid=os.getpid()))
+        assert roles[os.getpid()] == "main" and roles[child.pid] == "child"
+    finally:
+        child.kill()
+        child.wait(10)
+
+
+def test_a_child_gone_mid_scrape_is_left_out_not_an_error(tmp_path: Path) -> None:
+    proc = make_proc(tmp_path)
+    task = proc / "4242" / "task" / "4242"
+    task.mkdir(parents=True)
+    (task / "children").write_text("5555 ")  # listed, but exited before its files are read
+    collector = ProcessCollector(pid=4242, proc=str(proc))
+    samples = list(collector.collect())
+    assert {s.labels.get("pid") for s in samples if s.name == "service_process_threads"} == {"4242"}
+    assert collector.error_counts() == {}

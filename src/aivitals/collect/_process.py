@@ -1,13 +1,33 @@
-"""The served process, found by pid or by the TCP port it listens on.
+"""The served processes, found by pid or by the TCP port they listen on.
+
+A service is often several processes: a pre-fork server's master and its
+workers all hold the listening socket, and any of them may start processes
+of their own (inference workers, a process pool). The collector follows
+every process that holds the listening socket and all their descendants,
+each labelled by ``role``:
+
+- ``listener``: holds the listening socket, and its parent does not (the
+  master, or the only process of a single-process service);
+- ``worker``: holds the listening socket inherited from a parent that holds
+  it too (a pre-fork server's workers);
+- ``child``: a descendant that does not hold the socket (inference workers,
+  a ``ProcessPoolExecutor``, a helper);
+- ``main``: the process named by ``pid=``; its descendants are ``child``.
 
 Read from ``/proc/<pid>`` (injectable ``proc=``): RSS, open fds and their
-limit, threads, CPU seconds, and its TCP connections by state (its socket
-inodes matched against the tcp tables of its network namespace).
+limit, threads, CPU seconds, and TCP connections by state (socket inodes
+matched against the tcp tables of the namespace, read once per scrape).
+Socket holders are found by a walk of every process's fds, done again only
+when one of them exits or every ``rediscover`` seconds; descendants are read
+from ``/proc/<pid>/task/*/children`` at every scrape. At most
+``max_processes`` are followed (holders first, then descendants nearest
+first); the rest are left out and counted as the ``process_cap`` error.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,7 +37,10 @@ from . import _procfs as pf
 from ._health import BaseCollector
 from ._sockdiag import same_netns, tcp_sockets
 
-__all__ = ["ProcessCollector", "find_listener"]
+__all__ = ["ROLES", "ProcessCollector", "find_listener", "find_listeners"]
+
+#: the ``role`` label's values, in the order they are followed
+ROLES = ("listener", "worker", "main", "child")
 
 
 def _socket_inodes(fd_dir: Path) -> set[str]:
@@ -55,63 +78,154 @@ def _tcp_text_rows(proc: Path, pid: str) -> Iterable[tuple[int, int, str]]:
 
 
 def find_listener(port: int, *, proc: str = "/proc") -> int | None:
-    """The pid of the process listening on TCP ``port``, or None."""
+    """The pid of the process listening on TCP ``port`` (the top one of several), or None."""
+    holders = find_listeners(port, proc=proc)
+    if not holders:
+        return None
+    tops = [pid for pid, parent in holders.items() if parent not in holders]
+    return min(tops or holders)
+
+
+def find_listeners(port: int, *, proc: str = "/proc") -> dict[int, int | None]:
+    """Every process holding TCP ``port``'s listening socket: pid -> its parent's pid."""
     root = Path(proc)
     listening = {inode for p, st, inode in _tcp_rows(root, "self") if p == port and st == 10}
     if not listening:
-        return None
+        return {}
+    out: dict[int, int | None] = {}
     for entry in os.scandir(root):
         if not entry.name.isdigit():
             continue
         try:
             if _socket_inodes(Path(entry.path, "fd")) & listening:
-                return int(entry.name)
+                out[int(entry.name)] = _parent(root / entry.name)
         except OSError:
             continue  # another user's process, or gone
-    return None
+    return out
+
+
+def _parent(base: Path) -> int | None:
+    """The parent pid from ``stat`` (the field after the state), or None when gone."""
+    try:
+        stat = (base / "stat").read_text()
+    except OSError:
+        return None
+    after = stat[stat.rfind(")") + 2 :].split()
+    return int(after[1]) if len(after) > 1 and after[1].isdigit() else None
+
+
+def _children(base: Path) -> list[int]:
+    """Direct children of every thread of the process (a thread may start one too)."""
+    out: list[int] = []
+    try:
+        tasks = list(os.scandir(base / "task"))
+    except OSError:
+        return out  # gone, or not ours to read
+    for task in tasks:
+        try:
+            text = Path(task.path, "children").read_text()
+        except OSError:
+            continue  # the thread ended, or a kernel without CONFIG_PROC_CHILDREN
+        out += [int(pid) for pid in text.split()]
+    return out
 
 
 class ProcessCollector(BaseCollector):
-    """The ``process`` collector for one served process.
+    """The ``process`` collector for one service's processes.
 
     **Usage**::
 
-        ProcessCollector(port=8000)      # whoever listens on 8000, re-found if it restarts
-        ProcessCollector(pid=1234)
+        ProcessCollector(port=8000)      # whoever holds port 8000's socket, and their children
+        ProcessCollector(pid=1234)       # that process and its children
+
+    A process that exits between two reads is left out of that scrape (normal
+    for a pool's worker); the scrape fails only when no process is left.
     """
 
     name = "process"
 
-    def __init__(self, *, pid: int | None = None, port: int | None = None, proc: str = "/proc"):
+    def __init__(
+        self,
+        *,
+        pid: int | None = None,
+        port: int | None = None,
+        proc: str = "/proc",
+        max_processes: int = 64,
+        rediscover: float = 30.0,
+    ):
         super().__init__()
         if (pid is None) == (port is None):
             raise ConfigError("give exactly one of pid= or port=")
+        if isinstance(max_processes, bool) or not isinstance(max_processes, int):
+            raise ConfigError(f"max_processes must be an int >= 1, got {max_processes!r}")
+        if max_processes < 1:
+            raise ConfigError(f"max_processes must be an int >= 1, got {max_processes!r}")
+        if not rediscover > 0:
+            raise ConfigError(f"rediscover must be > 0 seconds, got {rediscover!r}")
         self.pid = pid
         self.port = port
         self.proc = Path(proc)
+        self.max_processes = max_processes
+        self.rediscover = rediscover
         self._clk_tck = float(os.sysconf("SC_CLK_TCK"))
-        self._found: int | None = pid
+        self._holders: dict[int, int | None] = {}
+        self._found_at = 0.0
 
-    def _target(self) -> int:
-        if self._found is not None and (self.proc / str(self._found)).exists():
-            return self._found
-        if self.port is None:
-            raise CollectorError(f"process {self.pid} is gone")
-        self._found = find_listener(self.port, proc=str(self.proc))
-        if self._found is None:
+    def _tops(self) -> dict[int, str]:
+        """The processes followed before their descendants, with their roles."""
+        if self.pid is not None:
+            if not (self.proc / str(self.pid)).exists():
+                raise CollectorError(f"process {self.pid} is gone")
+            return {self.pid: "main"}
+        assert self.port is not None
+        stale = time.monotonic() - self._found_at > self.rediscover
+        if stale or not all((self.proc / str(pid)).exists() for pid in self._holders):
+            self._holders = find_listeners(self.port, proc=str(self.proc))
+            self._found_at = time.monotonic()
+        if not self._holders:
             raise CollectorError(f"no process listens on port {self.port}")
-        return self._found
+        holders = self._holders
+        roles = {pid: "worker" if holders[pid] in holders else "listener" for pid in holders}
+        return dict(sorted(roles.items(), key=lambda item: (ROLES.index(item[1]), item[0])))
+
+    def targets(self) -> dict[int, str]:
+        """Every process followed now: pid -> role, capped at ``max_processes``."""
+        roles = self._tops()
+        queue = list(roles)
+        while queue:
+            pid = queue.pop(0)
+            for child in _children(self.proc / str(pid)):
+                if child not in roles:
+                    roles[child] = "child"
+                    queue.append(child)
+        if len(roles) > self.max_processes:
+            self.count_error("process_cap")
+            roles = dict(list(roles.items())[: self.max_processes])
+        return roles
 
     def _collect(self) -> Iterable[Sample]:
-        pid = str(self._target())
-        base = self.proc / pid
-        try:
-            comm = (base / "comm").read_text().strip()
-            status = pf.parse_meminfo((base / "status").read_text())
-            stat = (base / "stat").read_text()
-        except FileNotFoundError as exc:
-            raise CollectorError(f"process {pid} is gone") from exc
-        lab = {"pid": pid, "process": comm}
+        out: list[Sample] = []
+        tables: dict[str, list[tuple[int, int, str]]] = {}
+        read = 0
+        for pid, role in self.targets().items():
+            try:
+                out += self._one(self.proc / str(pid), role, tables)
+                read += 1
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited between the listing and the read: normal for a worker
+        if not read:
+            raise CollectorError("every followed process is gone")
+        return out
+
+    def _one(
+        self, base: Path, role: str, tables: dict[str, list[tuple[int, int, str]]]
+    ) -> list[Sample]:
+        comm = (base / "comm").read_text().strip()
+        status = pf.parse_meminfo((base / "status").read_text())
+        stat = (base / "stat").read_text()
+        if "VmRSS" not in status:
+            raise FileNotFoundError(base)  # a zombie: exited, not yet reaped
+        lab = {"pid": base.name, "process": comm, "role": role}
         # Fields after the ")" closing the command: utime and stime are 14th and 15th.
         after = stat[stat.rfind(")") + 2 :].split()
         cpu = (int(after[11]) + int(after[12])) / self._clk_tck
@@ -120,10 +234,25 @@ class ProcessCollector(BaseCollector):
             Sample("service_process_threads", lab, float(status["Threads"])),
             Sample("service_process_cpu_seconds_total", lab, cpu),
         ]
-        out += self._fds(base, lab)
+        out += self._fds(base, lab, tables)
         return out
 
-    def _fds(self, base: Path, lab: dict[str, str]) -> list[Sample]:
+    def _rows(
+        self, base: Path, tables: dict[str, list[tuple[int, int, str]]]
+    ) -> list[tuple[int, int, str]]:
+        """The tcp rows of the process's namespace, read once per namespace per scrape."""
+        try:
+            key = os.readlink(base / "ns" / "net")
+        except OSError:
+            key = base.name  # no namespace link (a fixture, or not ours): its own tables
+        rows = tables.get(key)
+        if rows is None:
+            rows = tables[key] = list(_tcp_rows(self.proc, base.name))
+        return rows
+
+    def _fds(
+        self, base: Path, lab: dict[str, str], tables: dict[str, list[tuple[int, int, str]]]
+    ) -> list[Sample]:
         out: list[Sample] = []
         try:
             nfds = sum(1 for _ in os.scandir(base / "fd"))
@@ -135,7 +264,7 @@ class ProcessCollector(BaseCollector):
         out += self._limit(base, lab)
         states = dict.fromkeys(pf.TCP_STATES.values(), 0)
         if inodes:
-            for _, st, inode in _tcp_rows(self.proc, base.name):
+            for _, st, inode in self._rows(base, tables):
                 if inode in inodes:
                     name = pf.TCP_STATES.get(st, "unknown")
                     states[name] = states.get(name, 0) + 1
@@ -146,6 +275,8 @@ class ProcessCollector(BaseCollector):
     def _limit(self, base: Path, lab: dict[str, str]) -> list[Sample]:
         try:
             text = (base / "limits").read_text()
+        except FileNotFoundError:
+            raise
         except OSError:
             self.count_error("limits_unreadable")
             return []

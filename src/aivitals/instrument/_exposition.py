@@ -5,6 +5,12 @@ every worker writes its values to files there and any worker answers a scrape
 with the sum over all of them; per-worker process metrics (RSS, CPU, fds,
 threads) are read from ``/proc`` for each live worker and keep a ``pid``
 label, since summing two workers' RSS hides which one leaks.
+
+Without that variable, a process whose ``multiprocessing`` workers write to
+its children's directory (see ``_multiprocess``) serves its own in-memory
+values with the workers' files added: a series both hold is summed (a
+counter, a histogram, an in-progress gauge) or takes the larger value (the
+gauges whose multiprocess mode is a max).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from .. import signals
-from ._metrics import multiprocess_dir
+from . import _multiprocess
+from ._metrics import GAUGE_MODES, multiprocess_dir
 
 __all__ = ["WorkerProcessCollector", "mark_worker_dead", "metrics_app", "metrics_wsgi_app"]
 
@@ -43,7 +50,11 @@ def metrics_app(*, registry: CollectorRegistry | None = REGISTRY) -> ASGI:
     **Usage**::
 
         app.mount("/metrics", aivitals.instrument.metrics_app())
+
+    Raises ``ConfigError`` in a forked worker whose parent keeps metrics in
+    memory: those would be missing from every scrape it answers.
     """
+    _multiprocess.forked_after_metrics()
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -69,15 +80,65 @@ async def _respond(send: Any, status: int, body: bytes, content_type: bytes) -> 
     await send({"type": "http.response.body", "body": body})
 
 
-def _scrape_registry(registry: CollectorRegistry | None) -> CollectorRegistry:
+def _scrape_registry(registry: CollectorRegistry | None) -> CollectorRegistry | _WithWorkers:
+    _multiprocess.forked_after_metrics()  # a fork of a fork-time app: refuse every scrape
     path = multiprocess_dir()
     if not path:
-        return registry if registry is not None else REGISTRY
+        own = registry if registry is not None else REGISTRY
+        children = _multiprocess.children_directory()
+        if children is None:
+            return own
+        _reap_dead_workers(children)
+        return _WithWorkers(own, children)
     _reap_dead_workers(path)
     merged = CollectorRegistry()
     MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
     merged.register(WorkerProcessCollector(path))
     return merged
+
+
+class _WithWorkers:
+    """This process's registry with its ``multiprocessing`` workers' files added."""
+
+    def __init__(self, own: CollectorRegistry, path: str) -> None:
+        self.own = own
+        self.path = path
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        for metric in self.own.collect():
+            families[metric.name] = metric
+        workers = MultiProcessCollector(None, path=self.path)  # type: ignore[no-untyped-call]
+        files = list(workers.collect())  # type: ignore[no-untyped-call]
+        for metric in [*files, *WorkerProcessCollector(self.path).collect()]:
+            mine = families.get(metric.name)
+            families[metric.name] = metric if mine is None else _merge(mine, metric)
+        return list(families.values())
+
+
+def _merge(mine: Metric, theirs: Metric) -> Metric:
+    """One family from two processes' views of it: same series added (or maxed)."""
+    mode = GAUGE_MODES.get(mine.name, "livesum") if mine.type == "gauge" else "sum"
+    out = Metric(mine.name, mine.documentation, mine.type, mine.unit)
+    index: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for sample in [*mine.samples, *theirs.samples]:
+        key = (sample.name, tuple(sorted(sample.labels.items())))
+        at = index.get(key)
+        if at is None:
+            index[key] = len(out.samples)
+            out.samples.append(sample)
+            continue
+        old = out.samples[at].value
+        if sample.name.endswith("_created"):
+            value = min(old, sample.value)  # the series began with the earlier process
+        elif "max" in mode:
+            value = max(old, sample.value)
+        elif "mostrecent" in mode:
+            value = sample.value  # the workers' files hold the newer value
+        else:
+            value = old + sample.value
+        out.samples[at] = out.samples[at]._replace(value=value)
+    return out
 
 
 class WorkerProcessCollector:
@@ -189,6 +250,7 @@ def metrics_wsgi_app(*, registry: CollectorRegistry | None = REGISTRY) -> WSGI:
         app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {
             "/metrics": aivitals.instrument.metrics_wsgi_app()})
     """
+    _multiprocess.forked_after_metrics()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD")

@@ -118,6 +118,14 @@ _UNREGISTERED = _PerRegistry(None)
 _REG_LOCK = threading.Lock()
 
 
+def _forget() -> None:
+    """Drop every cached model family (a forked worker switching to multiprocess files)."""
+    global _UNREGISTERED, _REG_LOCK
+    _REGISTRIES.clear()
+    _UNREGISTERED = _PerRegistry(None)
+    _REG_LOCK = threading.Lock()  # the parent's other threads may have held it at the fork
+
+
 def _per_registry(registry: CollectorRegistry | None) -> _PerRegistry:
     if registry is None:
         return _UNREGISTERED

@@ -18,6 +18,7 @@ from the exposition, so then it refuses with the fix instead.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import stat
@@ -32,7 +33,16 @@ import psutil
 from ..errors import ConfigError
 from ._metrics import _BY_REGISTRY, _UNREGISTERED, multiprocess_dir
 
-__all__ = ["ENV", "FIX", "ensure_multiprocess", "master_directory", "use_directory"]
+__all__ = [
+    "ENV",
+    "FIX",
+    "ROOT_ENV",
+    "children_directory",
+    "ensure_multiprocess",
+    "forked_after_metrics",
+    "master_directory",
+    "use_directory",
+]
 
 #: The variable prometheus_client reads (the lower-case spelling is honoured too).
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -41,6 +51,14 @@ FIX = (
     "start gunicorn with `-c python:aivitals.instrument.gunicorn_conf` (or import its "
     "child_exit and on_exit into your gunicorn.conf.py), or export PROMETHEUS_MULTIPROC_DIR "
     "set to an empty directory before gunicorn starts"
+)
+
+#: the root process of multiprocessing workers: ``<pid>-<start time>``
+ROOT_ENV = "AIVITALS_METRICS_ROOT"
+
+ROOT_FIX = (
+    "serve /metrics from that process, or export PROMETHEUS_MULTIPROC_DIR set to an "
+    "empty directory before the service starts, so every process writes its metrics there"
 )
 
 _lock = threading.Lock()
@@ -53,9 +71,12 @@ def ensure_multiprocess() -> str | None:
     """The multiprocess directory in use, set up first when a multi-worker gunicorn needs one.
 
     Returns None when one process serves (no gunicorn, ``-w 1``, or not
-    called from inside gunicorn's app loading). Idempotent and cheap after
-    the first answer; called by every aivitals part before its first metric.
-    Raises ``ConfigError`` with the fix when metrics were made before it.
+    called from inside gunicorn's app loading). In a ``multiprocessing``
+    worker of the root process it is the root's directory (see the module's
+    docstring). Idempotent and cheap after the first answer; called by every
+    aivitals part before its first metric. Raises ``ConfigError`` with the
+    fix when metrics were made before it, or when no shared directory can be
+    made.
 
     **Usage**::
 
@@ -64,8 +85,16 @@ def ensure_multiprocess() -> str | None:
     """
     global _decided
     path = multiprocess_dir()
-    if path or _decided or "gunicorn.arbiter" not in sys.modules:
+    if path or _decided:
         return path
+    if _child_of is not None:
+        with _lock:
+            if not multiprocess_dir():
+                use_directory(str(_root_directory(_child_of)))
+            _decided = True
+            return multiprocess_dir()
+    if "gunicorn.arbiter" not in sys.modules:
+        return None
     with _lock:
         path = multiprocess_dir()
         if path or _decided:
@@ -135,18 +164,35 @@ def _metrics_made() -> list[str]:
     return sorted(names)
 
 
+def _base(fix: str) -> Path:
+    base = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(base)
+    except OSError as exc:
+        raise ConfigError(f"{base} cannot be made ({exc.strerror}); {fix}") from exc
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise ConfigError(f"{base} is not a directory of this user; {fix}")
+    return base
+
+
 def _shared_directory(master: int) -> Path:
     """``<tmp>/aivitals-prometheus-<uid>/<master pid>-<master start>``, created empty."""
-    base = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}"
-    base.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ConfigError(f"{base} is not a directory of this user; {FIX}")
+    base = _base(FIX)
     name = _master_key(master)
     if name is None:
         raise ConfigError(f"gunicorn's master (pid {master}) cannot be read; {FIX}")
     _remove_stale(base, keep=name)
     path = base / name
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _root_directory(key: str) -> Path:
+    """The root's directory, made by whichever of its children writes first."""
+    base = _base(f"the root process {key.partition('-')[0]} shares metrics there; {ROOT_FIX}")
+    _remove_stale(base, keep=key)
+    path = base / key
     path.mkdir(mode=0o700, exist_ok=True)
     return path
 
@@ -184,3 +230,137 @@ def master_directory() -> tuple[str, bool]:
     use_directory(path)
     _decided = True
     return path, created
+
+
+# --- multiprocessing workers of a root process -------------------------------------
+
+#: this process's own key when it is the root (children write to its directory)
+_root_key: str | None = None
+#: the root's key when this process is a multiprocessing child of it
+_child_of: str | None = None
+#: metrics the root had made, in memory, when it forked this child
+_inherited: list[str] = []
+
+
+def _claim() -> None:
+    """At import: become the root, or recognise this process as a spawned child of it."""
+    global _root_key, _child_of
+    if multiprocess_dir():
+        return  # multiprocess mode already: every descendant inherits it
+    key = os.environ.get(ROOT_ENV)
+    started = _multiprocessing_started()
+    if key and started:
+        root = int(key.partition("-")[0]) if key.partition("-")[0].isdigit() else -1
+        if root in _parents(forkserver=started == "forkserver") and _master_key(root) == key:
+            _child_of = key
+            return
+    own = _master_key(os.getpid())
+    if own is None:
+        return  # /proc unreadable: stay a plain single process
+    _root_key = own
+    os.environ[ROOT_ENV] = own
+    atexit.register(_remove_root_directory)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _multiprocessing_started() -> str | None:
+    """How ``multiprocessing`` started this process: ``spawn``, ``forkserver`` or None.
+
+    The original command line says so (``sys.argv`` is the parent's by now); an
+    unrelated program that merely inherited the root's variable does not. A
+    forkserver's children are forked from it and keep its command line.
+    """
+    argv = getattr(sys, "orig_argv", ())
+    if "--multiprocessing-fork" in argv:
+        return "spawn"
+    if any("multiprocessing.forkserver" in a for a in argv):
+        return "forkserver"
+    return None
+
+
+def _parents(*, forkserver: bool) -> tuple[int, ...]:
+    """The parent; for a forkserver's child, the forkserver's parent too."""
+    parent = os.getppid()
+    if not forkserver:
+        return (parent,)
+    try:
+        return parent, psutil.Process(parent).ppid()
+    except (psutil.Error, OSError):
+        return (parent,)
+
+
+def _after_fork_in_child() -> None:
+    """A ``multiprocessing`` fork of the root: its metrics go to the root's files from here."""
+    global _root_key, _child_of, _decided, _inherited, _lock
+    if _root_key is None or multiprocess_dir():
+        return  # not the root's child, or files already
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
+    try:
+        forker = sys._getframe(1).f_globals.get("__name__")
+    except ValueError:
+        forker = None  # forked from C code, with no Python caller
+    if forker != "multiprocessing.popen_fork":
+        # a plain os.fork (a pre-fork server's worker) serves itself, as before, and is
+        # the root of its own multiprocessing workers
+        _root_key = _master_key(os.getpid())
+        if _root_key is not None:
+            os.environ[ROOT_ENV] = _root_key
+        return
+    key, _root_key = _root_key, None
+    _child_of = key
+    _inherited = _metrics_made()
+    _forget_metrics()
+    try:
+        use_directory(str(_root_directory(key)))
+    except (ConfigError, OSError):
+        return  # no shared directory: its first metric tries again and refuses with the fix
+    _decided = True
+
+
+def _forget_metrics() -> None:
+    """Drop the in-memory families this child inherited, so it makes file-backed ones."""
+    from . import _inference, _metrics
+
+    for registry, cache in list(_metrics._BY_REGISTRY.items()):
+        for metric in cache.values():
+            try:
+                registry.unregister(metric)
+            except KeyError:
+                pass  # shared with another package and already gone
+        cache.clear()
+    _metrics._UNREGISTERED.clear()
+    _metrics._LOCK = threading.Lock()  # another thread of the parent may have held it
+    _inference._forget()
+
+
+def children_directory() -> str | None:
+    """In the root: its children's metric directory, when one of them made it."""
+    if _root_key is None or multiprocess_dir() or not _root_key.startswith(f"{os.getpid()}-"):
+        return None
+    path = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}" / _root_key
+    return str(path) if path.is_dir() else None
+
+
+def forked_after_metrics() -> None:
+    """Refuse to serve ``/metrics`` from a fork whose root keeps metrics in memory."""
+    if _inherited and _child_of is not None:
+        root = _child_of.partition("-")[0]
+        raise ConfigError(
+            f"this process (pid {os.getpid()}) serves /metrics, but it was forked by "
+            f"process {root} after that process made metrics in its own memory "
+            f"({_some(_inherited)}), which never reach this exposition; {ROOT_FIX}"
+        )
+
+
+def _some(names: list[str]) -> str:
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ", ".join(names[:5]) + more
+
+
+def _remove_root_directory() -> None:
+    path = children_directory()
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_claim()
