@@ -133,7 +133,7 @@ def test_the_queries_answer_what_keda_divides_by_the_threshold() -> None:
 
 
 def test_promtool_accepts_the_queries(tmp_path: Path) -> None:
-    rules = {
+    rules: dict[str, Any] = {
         "groups": [
             {
                 "name": "keda",
