@@ -26,6 +26,7 @@ import yaml
 from aivitals.alerts import default_pack, native_rule_group
 from aivitals.dashboards import build_dashboards
 from tests._paths import load_script
+from tests._pki import make_pki
 from tests._servers import promtool
 
 kv = pytest.importorskip("kubernetes_validate")
@@ -240,7 +241,6 @@ def test_the_tls_variant_serves_what_its_servicemonitor_scrapes(tmp_path: Path) 
 
     import httpx
 
-    from tests._pki import make_pki
     from tests._servers import free_port
 
     gen = _generate()
