@@ -64,6 +64,8 @@ def test_basic_auth_refuses_a_scrape_without_the_password(tmp_path: Path) -> Non
         assert c.get("/-/ready").status_code == 200
         garbled = c.get("/metrics", headers={"Authorization": "Basic !!notbase64"})
         assert garbled.status_code == 401
+        # C strings end at a NUL: "test" followed by anything is not "test"
+        assert c.get("/metrics", auth=("prometheus", "test\0more")).status_code == 401
 
 
 @pytest.mark.parametrize(

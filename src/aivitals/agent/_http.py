@@ -180,9 +180,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path not in AUTH_EXEMPT and not self.web.authorized(
                 self.headers.get("Authorization")
             ):
-                self.close_connection = True  # an unread POST body must not become a request
                 self.send_response(HTTPStatus.UNAUTHORIZED)
                 self.send_header("WWW-Authenticate", 'Basic realm="aivitals"')
+                # said, not only done: an unread POST body must not become the next
+                # request, and a client told so does not reuse the connection
+                self.send_header("Connection", "close")
                 body = b"Unauthorized\n"
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))

@@ -216,8 +216,8 @@ class WebConfig:
             )
         except ValueError:
             return False
-        if not sep:
-            return False
+        if not sep or b"\0" in password:
+            return False  # crypt(3) would read the password only up to a NUL byte
         name = user.decode("utf-8", "replace")
         hashed = self.users.get(name)
         digest = hashlib.sha256(user + b"\0" + password + b"\0" + (hashed or b"")).digest()
