@@ -9,6 +9,7 @@ have to know which library sat underneath.
 
     AivitalsError
     ├── ConfigError                 a setting, argument or header value is invalid
+│   └── WebConfigError          the agent's --web-config (TLS, basic auth) does not load
     ├── ParseError                  text that should follow a format does not
     │   ├── ExpositionError         Prometheus text / OpenMetrics exposition
     │   └── QueryError              PromQL that does not parse or cannot be evaluated
@@ -52,6 +53,7 @@ __all__ = [
     "SignatureError",
     "StoreError",
     "UnsupportedQueryError",
+    "WebConfigError",
 ]
 
 
@@ -61,6 +63,12 @@ class AivitalsError(Exception):
 
 class ConfigError(AivitalsError):
     """A setting, argument or header value is invalid; the message names it."""
+
+
+class WebConfigError(ConfigError):
+    """The agent's web-config file (TLS, basic auth) is missing, unreadable, not valid YAML,
+    asks for what the agent does not implement, or names a certificate or key that does
+    not load; the message names the file and the key."""
 
 
 class ParseError(AivitalsError):

@@ -26,6 +26,7 @@ from ._build import build_collectors
 from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration
 from ._exposition import render
 from ._rules import NotifyTarget, RulesCollector, attach_rules, shipped_rules, user_rules
+from ._webconfig import load_web_config
 
 if TYPE_CHECKING:
     from ..alerts import RuleGroup
@@ -36,6 +37,13 @@ __all__ = ["agent", "collectors"]
 @click.command("agent")
 @click.option("--listen", default="127.0.0.1:9464", show_default=True, help="host:port of the API.")
 @click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
+@click.option(
+    "--web-config",
+    type=click.Path(dir_okay=False),
+    envvar="AIVITALS_WEB_CONFIG",
+    help="TLS and basic auth for every path, in Prometheus' web-config format "
+    "(tls_server_config, basic_auth_users); read and checked at start.",
+)
 @click.option("--exporter", is_flag=True, help="Only collect and serve /metrics (no store).")
 @click.option(
     "--scrape", "scrape", multiple=True, metavar="[JOB=]URL", help="A /metrics target (repeat)."
@@ -100,6 +108,7 @@ __all__ = ["agent", "collectors"]
 def agent(
     listen: str,
     allow_remote: bool,
+    web_config: str | None,
     exporter: bool,
     scrape: tuple[str, ...],
     scrape_interval: str,
@@ -153,8 +162,16 @@ def agent(
             None if probe_timeout is None else parse_duration("probe-timeout", probe_timeout)
         ),
         kubelet_pods=kubelet_pods or None,
+        web_config=None if web_config is None else load_web_config(web_config),
         extra_collectors=() if collector is None else (collector,),
     )
+    if config.web_config is not None:
+        web = config.web_config
+        click.echo(
+            f"web-config {web.path}: {web.scheme.upper()}, basic auth for "
+            f"{len(web.users)} user(s) (health probes exempt)",
+            err=True,
+        )
     if rules_on:
         # loaded before anything starts: a bad file stops the agent here
         groups, files = (

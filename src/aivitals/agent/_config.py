@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from ..collect import Collector, check_netns, pod_source
 from ..collect.gpu import default_sim_dir
 from ..errors import ConfigError
+from ._webconfig import WebConfig
 
 __all__ = ["GPU_CHOICES", "AgentConfig", "ScrapeTarget", "parse_duration", "parse_listen"]
 
@@ -98,6 +99,8 @@ class AgentConfig:
     segments. ``kubelet_pods`` names the Kubernetes pods of GPU processes: the kubelet's
     ``/pods`` answer in a file, its log directory (``/var/log/pods``) or its read-only
     port's URL; without it a process in a pod carries its ``pod_uid`` only.
+    ``web_config`` (``load_web_config(path)``, Prometheus' web-config format) serves
+    every path over TLS and/or behind basic auth.
     """
 
     listen: str = "127.0.0.1:9464"
@@ -124,6 +127,7 @@ class AgentConfig:
     probes: Mapping[str, str] = field(default_factory=dict)
     probe_timeout: float | None = None
     kubelet_pods: str | None = None
+    web_config: WebConfig | None = None
 
     def __post_init__(self) -> None:
         parse_listen(self.listen, allow_remote=self.allow_remote)

@@ -8,7 +8,8 @@ Prometheus API's JSON, ``/api/v1/alerts``, ``/api/v1/rules`` and ``/api/v1/diagn
 from the providers other parts register (without a rule engine the first two answer
 an empty document and a warning saying so), ``/-/ready`` and ``/-/healthy``. Nothing here
 changes state; methods other than GET/POST (POST only for the query forms,
-as Prometheus allows) are refused.
+as Prometheus allows) are refused. With a web-config (``_webconfig``) every connection
+is TLS and every path but the two health probes asks for basic auth.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import json
 import logging
 import math
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +32,7 @@ from ..errors import BackendError, BackendTimeout, ConfigError, QueryError, Stor
 from ..tsdb import QueryResult, parse_api_time
 from ._config import parse_duration
 from ._exposition import CONTENT_TYPE, format_value
+from ._webconfig import AUTH_EXEMPT, WebConfig
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -109,6 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
     agent: Agent
     console_lock: threading.Lock
     console_sources: list[Any]
+    web: WebConfig | None = None
     server_version = "aivitals-agent"
     protocol_version = "HTTP/1.1"
 
@@ -116,6 +120,24 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + format, self.address_string(), *args)
 
     # --- plumbing ------------------------------------------------------------------
+    def setup(self) -> None:
+        ctx = None if self.web is None else self.web.context()
+        if ctx is not None:
+            # The handshake runs here, on this connection's thread, not in the accept
+            # loop: a client that stalls it holds up only itself, and for 10 s at most.
+            raw = self.request
+            raw.settimeout(10.0)
+            self.request = ctx.wrap_socket(raw, server_side=True)
+            self.request.settimeout(None)
+        super().setup()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.close()  # the wrapped socket owns the descriptor now
+
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -153,6 +175,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._error(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", "the agent has stopped")
             return False
+        if ok and self.web is not None and self.web.needs_auth:
+            path = urlsplit(self.path).path
+            if path not in AUTH_EXEMPT and not self.web.authorized(
+                self.headers.get("Authorization")
+            ):
+                self.send_response(HTTPStatus.UNAUTHORIZED)
+                self.send_header("WWW-Authenticate", 'Basic realm="aivitals"')
+                # said, not only done: an unread POST body must not become the next
+                # request, and a client told so does not reuse the connection
+                self.send_header("Connection", "close")
+                body = b"Unauthorized\n"
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return False
         return ok
 
     # --- verbs ---------------------------------------------------------------------
@@ -380,14 +418,33 @@ def _filter_rules(
     return {"groups": out}
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, address: Any) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError):
+            # a client that speaks plain HTTP to the TLS port, or drops the handshake:
+            # its problem, logged once, not a traceback on the agent's stderr
+            log.info("TLS connection from %s failed: %s", address, exc)
+            return
+        super().handle_error(request, address)
+
+
 def serve(agent: Agent, host: str, port: int) -> ThreadingHTTPServer:
-    """Start the API for ``agent`` on a daemon thread; the caller shuts it down."""
+    """Start the API for ``agent`` on a daemon thread; the caller shuts it down.
+    ``agent.config.web_config`` (a loaded :class:`WebConfig`) turns on TLS and basic auth."""
     handler = type(
         "AgentHandler",
         (_Handler,),
-        {"agent": agent, "console_lock": threading.Lock(), "console_sources": []},
+        {
+            "agent": agent,
+            "console_lock": threading.Lock(),
+            "console_sources": [],
+            "web": getattr(agent.config, "web_config", None),
+        },
     )
-    server = ThreadingHTTPServer((host, port), handler)
+    server = _Server((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="aivitals-http", daemon=True).start()
     return server

@@ -247,9 +247,12 @@ def _panel(panel: PanelSpec, ds: Any, pid: int, threshold: Threshold | None) -> 
         if panel.stack:
             b = b.stacking(common.StackingConfig().mode(cm.StackingMode.NORMAL))
         if threshold is not None:
-            b = b.thresholds_style(
-                common.GraphThresholdsStyleConfig().mode(cm.GraphTresholdsStyleMode.LINE)
+            # The SDK's Grafana 11 builds fixed the enum's misspelt name (GraphTresholds...);
+            # the 10.x builds have only that one, so either pin builds the same JSON.
+            mode: Any = getattr(cm, "GraphThresholdsStyleMode", None) or getattr(
+                cm, "GraphTresholdsStyleMode", None
             )
+            b = b.thresholds_style(common.GraphThresholdsStyleConfig().mode(mode.LINE))
     elif panel.kind == "stat":
         b = (
             stat.Panel()
@@ -260,6 +263,10 @@ def _panel(panel: PanelSpec, ds: Any, pid: int, threshold: Threshold | None) -> 
         )
     elif panel.kind == "table":
         b = table.Panel().show_header(True).cell_height(cm.TableCellHeight.SM)
+        if hasattr(b, "align"):
+            # Grafana 11's table model defaults its custom field config when it reads a
+            # dashboard; written out here, the JSON is what Grafana keeps. 10.x builds lack it.
+            b = b.align(cm.FieldTextAlignment.AUTO).inspect(False)
     elif panel.kind == "heatmap":
         # the buckets come from Prometheus (format=heatmap), Grafana does not re-bucket;
         # hide_from sets the plugin's custom field config, which Grafana fills in anyway
