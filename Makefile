@@ -57,7 +57,8 @@ check: $(STAMP)
 	s=$$(( $$(date +%s) - start )); printf 'check: %dm%02ds\n' $$((s / 60)) $$((s % 60)); exit $$rc
 
 # After changing the rule pack or the signal catalogue: the PrometheusRule and the
-# dashboard ConfigMaps under deploy/ are generated from them (tests/deploy checks).
+# dashboard ConfigMaps under deploy/ are generated from them, and all of deploy/kubernetes/
+# is rendered from deploy/values.yaml and deploy/templates/ (tests/deploy checks).
 generate: $(STAMP)
 	$(BIN)/python deploy/generate.py
 

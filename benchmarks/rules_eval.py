@@ -41,7 +41,7 @@ TARGET_MS = 200.0
 
 Row = tuple[str, dict[str, str], np.ndarray]
 JOBS = ("api-a", "api-b", "api-c")
-AGENT = {"job": "aivitals-agent", "instance": "node1:9464"}
+AGENT = {"job": "aivitals-agent", "instance": "node1:9478"}
 
 
 def _le(bound: float) -> str:

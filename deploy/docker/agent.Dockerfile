@@ -15,7 +15,7 @@ FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-cache-dir "$(ls /wheels/aivitals-*.whl)[gpu]" && rm -rf /wheels
-EXPOSE 9464
+EXPOSE 9478
 # --allow-remote: inside a pod the API must listen beyond loopback; it stays read-only.
 ENTRYPOINT ["aivitals"]
-CMD ["agent", "--exporter", "--listen=0.0.0.0:9464", "--allow-remote", "--gpu=auto"]
+CMD ["agent", "--exporter", "--listen=0.0.0.0:9478", "--allow-remote", "--gpu=auto"]

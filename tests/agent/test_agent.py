@@ -336,7 +336,7 @@ def test_duplicate_collector_names_refused() -> None:
 @pytest.mark.parametrize(
     ("kw", "word"),
     [
-        ({"listen": "0.0.0.0:9464"}, "allow-remote"),
+        ({"listen": "0.0.0.0:9478"}, "allow-remote"),
         ({"listen": "nonsense"}, "listen"),
         ({"listen": "127.0.0.1:99999"}, "listen"),
         ({"interval": 0}, "interval"),

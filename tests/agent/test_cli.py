@@ -57,10 +57,10 @@ def test_collectors_command_table_and_samples(tmp_path: Path) -> None:
 
 def test_agent_refuses_remote_listen_without_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["agent", "--listen", "0.0.0.0:9464", "--gpu", "none"])
+        main(["agent", "--listen", "0.0.0.0:9478", "--gpu", "none"])
     assert info.value.code == 1
     assert (
-        "ConfigError: listen: '0.0.0.0:9464' is not a loopback address" in capsys.readouterr().err
+        "ConfigError: listen: '0.0.0.0:9478' is not a loopback address" in capsys.readouterr().err
     )
 
 

@@ -167,7 +167,7 @@ def test_fleet_without_a_diagnosis_says_so_and_shows_hostile_labels_as_text(
     with victoria_metrics() as vm:
         _import(vm.url, sf)
         # a node whose name is markup, its only target down
-        hostile = {"__name__": "up", "node": XSS, "instance": "10.0.0.9:9464", "job": "agent"}
+        hostile = {"__name__": "up", "node": XSS, "instance": "10.0.0.9:9478", "job": "agent"}
         line = {"metric": hostile, "values": [0, 0], "timestamps": [t * 1000 for t in _last(2)]}
         r = httpx.post(f"{vm.url}/api/v1/import", content=json.dumps(line) + "\n")
         assert r.status_code == 204, r.text
@@ -190,7 +190,7 @@ def test_fleet_without_a_diagnosis_says_so_and_shows_hostile_labels_as_text(
             )
             # the down node first, red, its name shown as the characters it is
             assert cards[0].text.startswith(XSS) and "h-bad" in _classes(cards[0])
-            assert "targets up 0/1" in cards[0].text and "agent 10.0.0.9:9464 down" in cards[0].text
+            assert "targets up 0/1" in cards[0].text and "agent 10.0.0.9:9478 down" in cards[0].text
             assert all("h-ok" in _classes(c) for c in cards[1:])
             assert browser.execute_script("return window.__pwned") is None
             assert not browser.find_elements("css selector", "main img, main script")

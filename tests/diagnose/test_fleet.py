@@ -223,7 +223,7 @@ def test_nodes_with_different_label_sets_and_duplicate_instances(shapes: Recorde
     sf = _fleet(shapes, "gpu_memory_leak")
     store = Store(retention=10_000)
     for name, labels, values in sf.series():
-        labels = {**labels, "instance": "127.0.0.1:9464"}  # every node says the same instance
+        labels = {**labels, "instance": "127.0.0.1:9478"}  # every node says the same instance
         if labels["node"] == "sim-node-3":
             if name == "gpu_process_memory_used_bytes":
                 continue  # an older agent without per-process GPU memory

@@ -3,7 +3,7 @@
 **Usage**::
 
     from aivitals.agent import Agent, AgentConfig
-    with Agent(AgentConfig(listen="127.0.0.1:9464", gpu="sim")) as agent:
+    with Agent(AgentConfig(listen="127.0.0.1:9478", gpu="sim")) as agent:
         agent.store.query("host_load1")
 """
 

@@ -35,7 +35,7 @@ __all__ = ["agent", "collectors"]
 
 
 @click.command("agent")
-@click.option("--listen", default="127.0.0.1:9464", show_default=True, help="host:port of the API.")
+@click.option("--listen", default="127.0.0.1:9478", show_default=True, help="host:port of the API.")
 @click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
 @click.option(
     "--web-config",

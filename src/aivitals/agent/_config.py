@@ -39,7 +39,7 @@ def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(f"listen: {text!r} is not host:port (like 127.0.0.1:9464)")
+        raise ConfigError(f"listen: {text!r} is not host:port (like 127.0.0.1:9478)")
     if not allow_remote and not _is_loopback(host):
         raise ConfigError(
             f"listen: {text!r} is not a loopback address; pass --allow-remote to listen there"
@@ -103,7 +103,7 @@ class AgentConfig:
     every path over TLS and/or behind basic auth.
     """
 
-    listen: str = "127.0.0.1:9464"
+    listen: str = "127.0.0.1:9478"
     allow_remote: bool = False
     exporter: bool = False
     interval: float = 1.0

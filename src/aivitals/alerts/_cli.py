@@ -67,7 +67,7 @@ def export(
     pack = default_pack(**chosen)
     targets = ExportTargets(
         service_targets=service_targets or ("127.0.0.1:8000",),
-        agent_targets=agent_targets or ("127.0.0.1:9464",),
+        agent_targets=agent_targets or ("127.0.0.1:9478",),
         alertmanager=alertmanager,
         webhook_url=webhook_url,
     )
@@ -191,7 +191,7 @@ def _print_rules(data: Any) -> None:
 
 
 @click.command("alerts")
-@click.option("--agent", "agent", default="http://127.0.0.1:9464", show_default=True)
+@click.option("--agent", "agent", default="http://127.0.0.1:9478", show_default=True)
 @click.option("--prometheus", "prometheus", default=None, help="Ask a Prometheus instead.")
 @click.option(
     "--rules", "show_rules", is_flag=True, help="List the rules: state, health, last error."

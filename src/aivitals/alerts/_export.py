@@ -23,7 +23,7 @@ class ExportTargets:
     """Where the exported configs point: scrape targets, Alertmanager, the webhook."""
 
     service_targets: Sequence[str] = ("127.0.0.1:8000",)
-    agent_targets: Sequence[str] = ("127.0.0.1:9464",)
+    agent_targets: Sequence[str] = ("127.0.0.1:9478",)
     alertmanager: str = "127.0.0.1:9093"
     webhook_url: str = "http://127.0.0.1:5001/alerts"
 

@@ -109,7 +109,7 @@ class SynthFleet:
         n_rows = len(normal["mem_used"])
         for i in range(1, self.nodes + 1):
             node = self.node_name(i)
-            agent = {"node": node, "instance": f"{node}:9464", "job": "aivitals-agent"}
+            agent = {"node": node, "instance": f"{node}:9478", "job": "aivitals-agent"}
             service = {"node": node, "instance": f"{node}:8000", "job": "ai-service"}
             yield "up", dict(agent), np.ones(self.points)
             yield "up", dict(service), np.ones(self.points)

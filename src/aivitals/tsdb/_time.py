@@ -15,7 +15,7 @@ from ..errors import ConfigError
 __all__ = ["DEFAULT_AGENT", "parse_api_time", "parse_duration", "parse_time"]
 
 #: Where ``aivitals agent`` listens by default: the backend when none is named.
-DEFAULT_AGENT = "http://127.0.0.1:9464"
+DEFAULT_AGENT = "http://127.0.0.1:9478"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
