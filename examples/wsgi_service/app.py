@@ -84,7 +84,6 @@ def encode() -> Any:
         return bad_request("every sentence must be a string")
     if len(sentences) > MAX_SENTENCES:
         return bad_request(f"{len(sentences)} sentences, at most {MAX_SENTENCES} per request")
-    normalize = bool(body.get("normalize", True))
     # The ids the model will see (padded batch; the attention mask says what is real),
     # so model_input_tokens counts what the forward pass really processed.
     batch = tokenizer(sentences, padding=True, truncation=True, max_length=encoder.max_seq_length)
@@ -93,9 +92,8 @@ def encode() -> Any:
         torch.inference_mode(),
     ):
         # a sync handler: this worker process serves nothing else until it returns
-        vectors = encoder.encode(
-            sentences, convert_to_numpy=True, normalize_embeddings=normalize, batch_size=32
-        )
+        # unit length: the model's own pipeline ends in a Normalize layer
+        vectors = encoder.encode(sentences, convert_to_numpy=True, batch_size=MAX_SENTENCES)
     return jsonify(
         model=MODEL,
         dimensions=int(vectors.shape[1]),
