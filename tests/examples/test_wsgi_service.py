@@ -116,7 +116,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     finally:
         _stop_group(proc)
     # on_exit removed the directory it made: nothing of this run is left behind
-    assert not [p for p in tmp.rglob("*.db")], "multiprocess files left after the stop"
+    assert not list(tmp.rglob("*.db")), "multiprocess files left after the stop"
 
 
 def _client() -> httpx.Client:
