@@ -255,8 +255,11 @@ def test_the_guard_refuses_over_long_and_malformed_inputs_before_the_model(
         )
         # valid JSON of the wrong shape: the app's own 400, after the guard let it pass
         wrong_shape = client.post(f"{url}/encode", json={"sentences": "not a list"})
+        # the last two answers were 400s: wait until both are recorded
+        bad = {"route": "/encode", "status": "400"}
+        wanted = _total(before, "http_request_duration_seconds_count", **bad) + 2
         after = _scrape(
-            client, url, name="http_request_duration_seconds_count", at_least=0, route="/encode"
+            client, url, name="http_request_duration_seconds_count", at_least=wanted, **bad
         )
     assert many_tokens.status_code == 422
     assert many_tokens.json()["error"]["code"] == "INPUT_TOO_MANY_TOKENS"
@@ -264,8 +267,23 @@ def test_the_guard_refuses_over_long_and_malformed_inputs_before_the_model(
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "INPUT_TOO_LARGE"
     assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "INPUT_BAD_JSON"
     assert wrong_shape.status_code == 400 and "non-empty list" in wrong_shape.text
+    refused = {
+        r.headers["x-request-id"]: code
+        for r, code in (
+            (many_tokens, "INPUT_TOO_MANY_TOKENS"),
+            (too_big, "INPUT_TOO_LARGE"),
+            (bad_json, "INPUT_BAD_JSON"),
+        )
+    }
     for r in (many_tokens, too_big, bad_json):
         assert r.json()["request_id"] == r.headers["x-request-id"]
+    # each refusal logged under its request id: the guard's warning with the code, and
+    # the request's own responded line with the status it got
+    lines = [x for xs in _log_lines(service.logs, set(refused)).values() for x in xs]
+    warned = {x["request_id"]: x["error_code"] for x in lines if x["logger"] == "aivitals.protect"}
+    assert {k: warned.get(k) for k in refused} == refused
+    statuses = {x["request_id"]: x["status"] for x in lines if x["event"] == "responded"}
+    assert [statuses.get(k) for k in refused] == [422, 413, 400]
 
     def grew(name: str, **labels: str) -> float:
         return _total(after, name, **labels) - _total(before, name, **labels)
