@@ -626,3 +626,22 @@ def test_a_saturated_disk_whose_requests_take_more_cpu_is_disk_io_not_preprocess
     d = diagnose(corpus.to_store(sc), end=sc.end)
     assert d.findings[0].signature == "cpu_bound_preprocessing"
     assert not any(e.role == "contradicting" and e.held for e in d.findings[0].evidence)
+
+
+def test_a_process_seen_by_the_agent_and_by_its_own_service_counts_once() -> None:
+    """A multiprocess service exports its workers' ``service_process_*`` and the agent
+    follows the same pids: the vital sums take each (node, pid) once."""
+    from aivitals.diagnose._engine import VITALS
+
+    exprs = {name: expr for name, _, expr in VITALS}
+    store = Store()
+    for t in range(0, 60):
+        for job in ("agent", "encode"):  # two sources, the same two workers
+            for pid, rss in (("41", 1e9), ("42", 2e9)):
+                labels = {"job": job, "pid": pid, "process": "gunicorn"}
+                store.append("service_process_resident_memory_bytes", labels, rss, float(t))
+                store.append("service_process_cpu_seconds_total", labels, 0.5 * t, float(t))
+    rss = store.query(exprs["process_rss"], 59.0)
+    cpu = store.query(exprs["process_cpu"].replace("${rate}", "20s"), 59.0)
+    assert rss.values() == [3e9]
+    assert [round(v, 6) for v in cpu.values()] == [1.0]

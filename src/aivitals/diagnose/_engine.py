@@ -130,8 +130,12 @@ VITALS: tuple[tuple[str, str, str], ...] = (
         "histogram_quantile(0.99, sum by (le) (rate(queue_wait_seconds_bucket[${rate}])))",
     ),
     ("pool_busy", "service", "max(worker_pool_active_workers / worker_pool_max_workers)"),
-    ("process_rss", "service", "sum(service_process_resident_memory_bytes)"),
-    ("process_cpu", "service", "sum(rate(service_process_cpu_seconds_total[${rate}]))"),
+    ("process_rss", "service", "sum(max by (node, pid) (service_process_resident_memory_bytes))"),
+    (
+        "process_cpu",
+        "service",
+        "sum(max by (node, pid) (rate(service_process_cpu_seconds_total[${rate}])))",
+    ),
     ("connections", "service", 'sum(host_tcp_connections{state="established"})'),
     (
         "cache_hit_ratio",
