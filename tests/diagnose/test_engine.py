@@ -635,7 +635,7 @@ def test_a_process_seen_by_the_agent_and_by_its_own_service_counts_once() -> Non
 
     exprs = {name: expr for name, _, expr in VITALS}
     store = Store()
-    for t in range(0, 60):
+    for t in range(60):
         for job in ("agent", "encode"):  # two sources, the same two workers
             for pid, rss in (("41", 1e9), ("42", 2e9)):
                 labels = {"job": job, "pid": pid, "process": "gunicorn"}
