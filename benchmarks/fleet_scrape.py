@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -148,6 +149,17 @@ def vmalert_rules_s(vmalert: str) -> tuple[float, int]:
     return sum(means), int(min(counts.values(), default=0))
 
 
+def count(value: float) -> int | None:
+    """A count for the JSON file: None where the engine had no answer (NaN)."""
+    return None if math.isnan(value) else int(value)
+
+
+def own_metric(url: str, name: str) -> float:
+    """An unlabelled metric from a process's own ``/metrics`` (NaN when absent)."""
+    m = re.search(rf"^{name} (\S+)$", httpx.get(f"{url}/metrics", timeout=10).text, re.M)
+    return float(m.group(1)) if m else float("nan")
+
+
 def firing(url: str) -> list[str]:
     """``alertname@node`` of the alerts firing on a Prometheus-API alerts endpoint."""
     try:
@@ -182,7 +194,8 @@ def run_diagnosis(
             )
             took = time.perf_counter() - t0
         runs.append((took, d, backend.queries))
-        print(f"  {dialect}: diagnosis in {took:.2f} s, {d.queries} queries", flush=True)
+        top = d.findings[0].title if d.findings else "-"
+        print(f"  {dialect}: diagnosis in {took:.2f} s, {d.queries} queries; {top}", flush=True)
     times = [r[0] for r in runs]
     runs.sort(key=lambda r: r[0])
     took, d, sent = runs[len(runs) // 2]
@@ -325,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "prometheus": scalar(url["prometheus"], "sum(scrape_samples_scraped)"),
                 "victoriametrics": scalar(url["vm"], "sum(scrape_samples_scraped)"),
             }
-            head_series = scalar(url["prometheus"], "prometheus_tsdb_head_series")
+            head_series = own_metric(url["prometheus"], "prometheus_tsdb_head_series")
             alerts = {
                 "prometheus": firing(url["prometheus"]),
                 "victoriametrics": firing(url["vmalert"]),
@@ -350,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 scraper = "prometheus" if backend == "prometheus" else "vmagent"
                 out[backend] = {
-                    "series": int(series[backend]),
+                    "series": count(series[backend]),
                     "scrape_cpu_pct": round(cpu[scraper], 1),
                     "rules_eval_s": round(prom_eval_s if backend == "prometheus" else vm_eval_s, 4),
                     "diagnose_s": round(took, 3),
@@ -373,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     for backend, f in out.items():
         f["rules_eval_how"] = rules_how[backend]
-    out["prometheus"]["head_series"] = int(head_series)
+    out["prometheus"]["head_series"] = count(head_series)
     out["victoriametrics"]["storage_cpu_pct"] = round(cpu["vm"], 1)
     print()
     for backend, f in out.items():

@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import re
+import resource
 import sys
 import time
 from collections.abc import Sequence
@@ -273,6 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         faulty_gpu=args.faulty_gpu,
         seed=args.seed,
     )
+    # two scrapers keep a connection per target open: 4 x nodes sockets, past a 1024 default
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * args.nodes + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        ceiling = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
     live = LiveFleet(fleet, start=time.time(), warmup=args.warmup)
 
     async def run() -> None:
