@@ -61,6 +61,14 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "recorded_excluded",
         "recorded_mb",
     ),
+    "diagnosis_testset": (
+        "test_stable",
+        "test_top1_at_end",
+        "test_cases",
+        "test_unfit",
+        "manifest",
+        "testset_commit",
+    ),
     "fleet": (
         "nodes",
         "gpus",
@@ -91,7 +99,22 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "tsdb": ("ingest_10k_ms", "query_ms", "bytes_per_sample", "query_ratio_vs_prometheus"),
 }
 #: Scripts whose name is not their results file's.
-SCRIPTS = {"gpu_validate": "gpu/validate_gpu.py", "gpu_chaos_cotenant": "gpu/chaos_cotenant.py"}
+SCRIPTS = {
+    "gpu_validate": "gpu/validate_gpu.py",
+    "gpu_chaos_cotenant": "gpu/chaos_cotenant.py",
+    "diagnosis_testset": "diagnosis_accuracy.py",
+}
+#: What a reader must know before reading a benchmark's figures, said under its table.
+CAVEATS = {
+    "diagnosis_accuracy": (
+        "The `heldout_*` figures are not held out: that half of the recordings was used "
+        "while tuning, and each of its cases is an older run of a scenario tuned live "
+        "(`benchmarks/recordings/README.md`). They are figures on a corpus the diagnosis "
+        "was tuned on, and the target shown for `heldout_top1` is not a held-out result. "
+        "The held-out measure is `test_stable` on the frozen test set "
+        "(`diagnosis_accuracy.py --testset`; section diagnosis_testset once it is run)."
+    ),
+}
 #: Where a results file may record the code version and the date of its run.
 COMMIT_KEYS = ("git_commit", "commit", "code_commit", "code_version")
 DATE_KEYS = ("date", "recorded_at", "measured_at", "timestamp")
@@ -238,6 +261,8 @@ def section(name: str, data: dict[str, Any], path: Path) -> str:
     notes = [str(data[k]) for k in NOTE_KEYS if isinstance(data.get(k), str) and data[k]]
     if notes:
         lines += ["", "Conditions: " + "; ".join(notes) + "."]
+    if name in CAVEATS:
+        lines += ["", CAVEATS[name]]
     return "\n".join(lines) + "\n"
 
 
