@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,9 @@ class AgentConfig:
     segments. ``kubelet_pods`` names the Kubernetes pods of GPU processes: the kubelet's
     ``/pods`` answer in a file, its log directory (``/var/log/pods``) or its read-only
     port's URL; without it a process in a pod carries its ``pod_uid`` only.
+    ``sla`` (seconds) is the request-time SLA of the scraped services: the agent exports
+    it as ``aivitals_service_sla_seconds`` per target, which the rule pack's burn-rate
+    alerts need (none without it).
     """
 
     listen: str = "127.0.0.1:9464"
@@ -124,6 +128,7 @@ class AgentConfig:
     probes: Mapping[str, str] = field(default_factory=dict)
     probe_timeout: float | None = None
     kubelet_pods: str | None = None
+    sla: float | None = None
 
     def __post_init__(self) -> None:
         parse_listen(self.listen, allow_remote=self.allow_remote)
@@ -160,6 +165,18 @@ class AgentConfig:
             raise ConfigError(f"scrape_max_bytes: must be >= 1024, got {self.scrape_max_bytes!r}")
         if self.max_series < 1:
             raise ConfigError(f"max_series: must be >= 1, got {self.max_series!r}")
+        if self.sla is not None:
+            if isinstance(self.sla, bool) or not isinstance(self.sla, int | float):
+                raise ConfigError(f"sla: must be a number of seconds, got {self.sla!r}")
+            if not (math.isfinite(self.sla) and self.sla > 0):
+                raise ConfigError(f"sla: must be a finite number of seconds > 0, got {self.sla!r}")
+            if not self.scrape:
+                # the SLA is a property of a scraped service's histogram; with no target
+                # the series would join nothing and the SLO alerts would stay silent
+                raise ConfigError(
+                    "sla: applies to the services the agent scrapes, and none is given; "
+                    "add --scrape [JOB=]URL of the service's /metrics"
+                )
         if self.exporter and self.scrape:
             raise ConfigError(
                 "scrape: --exporter mode only serves the agent's own collectors; "
