@@ -313,9 +313,7 @@ def fit_retention(
         for rule in group.rules:
             windows = [parse_duration(w) for w in _RANGE.findall(rule.expr)]
             too_long = any(w > retention for w in windows)
-            reads_gone = any(
-                re.search(re.escape(name) + r"(?![\w:])", rule.expr) for name in gone
-            )
+            reads_gone = any(re.search(re.escape(name) + r"(?![\w:])", rule.expr) for name in gone)
             if too_long or reads_gone:
                 gone.add(rule.name)
                 if hasattr(rule, "alert"):
