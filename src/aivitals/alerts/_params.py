@@ -285,6 +285,12 @@ class PackParams:
                 "the SLO windows must all differ: "
                 + ", ".join(f"{n}={getattr(self, n)}" for n in _SLO_WINDOWS)
             )
+        # the longer windows sum the rates recorded over the fast short window
+        if windows["slo_fast_short_window"] != min(windows.values()):
+            raise ConfigError(
+                f"slo_fast_short_window={self.slo_fast_short_window} must be the shortest "
+                "SLO window: the others are summed from its recorded rates"
+            )
         for short, long in (
             ("slo_fast_short_window", "slo_fast_window"),
             ("slo_slow_short_window", "slo_slow_window"),
