@@ -24,6 +24,11 @@ QUICK_WINDOWS = {
     "rss_window": "10s",
     "disk_fill_window": "10s",
     "disk_fill_horizon": "40s",
+    "slo_fast_short_window": "8s",
+    "slo_slow_short_window": "30s",
+    "slo_fast_window": "1m",
+    "slo_slow_window": "6m",
+    "slo_ticket_window": "72m",
 }
 
 

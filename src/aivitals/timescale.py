@@ -161,6 +161,13 @@ QUICK = TimeScale(
         # horizon kept at 24h would read any write in 10 s as a disk filling
         "disk_fill_window": "10s",
         "disk_fill_horizon": "40s",
+        # the SLO burn-rate windows by the same factor (60) as for:, the shortest held at
+        # the rate window; the drill sets no SLA, so these page nothing there
+        "slo_fast_short_window": "8s",
+        "slo_slow_short_window": "30s",
+        "slo_fast_window": "1m",
+        "slo_slow_window": "6m",
+        "slo_ticket_window": "72m",
     },
     for_factor=60.0,
     # the request and cache rates ramp up from zero for several seconds, and a 4 s

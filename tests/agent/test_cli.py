@@ -141,8 +141,9 @@ def test_agent_command_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert b"aivitals agent on http://127.0.0.1:" in err
-    n = sum(len(g.rules) for g in default_pack().groups)
-    assert f"rules: {n} in 5 groups from the shipped pack, every 15 s".encode() in err
+    fitted, _ = _cli.fit_retention(default_pack().groups, 3600.0)  # the default retention
+    n = sum(len(g.rules) for g in fitted)
+    assert f"rules: {n} in 6 groups from the shipped pack, every 15 s".encode() in err
 
 
 HOST_RULES = """
@@ -268,8 +269,11 @@ def test_the_agent_runs_the_shipped_pack_by_default_at_its_scrape_interval(
 
     result = _run_agent(monkeypatch, capsys, [*FAST, "--scrape-interval", "2s"], check)
     assert result.code == 0, result.output
-    n = sum(len(g.rules) for g in default_pack().groups)
-    assert f"rules: {n} in 5 groups from the shipped pack, every 2 s" in result.output
+    # the default retention (1h) keeps the fast SLO burn only (fit_retention)
+    fitted, _ = _cli.fit_retention(default_pack().groups, 3600.0)
+    n = sum(len(g.rules) for g in fitted)
+    assert f"rules: {n} in 6 groups from the shipped pack, every 2 s" in result.output
+    assert "SLO alerts left out" not in result.output  # said only where --sla asks for them
 
 
 def test_no_rules_serves_empty_documents_that_say_so(

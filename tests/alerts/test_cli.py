@@ -45,7 +45,7 @@ def test_export_writes_the_pack_and_both_configs(tmp_path: Path) -> None:
     # the summary counts what it wrote (read back from the file, not a number kept here)
     written = [r for g in yaml.safe_load(rules)["groups"] for r in g["rules"]]
     n_alerts = sum("alert" in r for r in written)
-    assert f"{len(written)} rules ({n_alerts} alerts) in 5 groups" in result.output
+    assert f"{len(written)} rules ({n_alerts} alerts) in 6 groups" in result.output
     assert "queue_length > 50" in rules and "> 2 * 0.5" in rules and "> 0.8" in rules
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     assert prom["rule_files"] == ["aivitals-native.yml", "aivitals-rules.yml"]
@@ -76,7 +76,7 @@ def test_check_accepts_the_pack_and_names_the_bad_rule(
     result = _run("rules", "check", str(good))
     assert result.exit_code == 0, result.output
     n_rules = sum(len(g["rules"]) for g in yaml.safe_load(good.read_text())["groups"])
-    assert n_rules > 50 and f"5 groups, {n_rules} rules OK" in result.output
+    assert n_rules > 50 and f"6 groups, {n_rules} rules OK" in result.output
     bad = tmp_path / "bad.yml"
     bad.write_text("groups:\n- name: g\n  rules:\n  - alert: Broken\n    expr: rate(x[5m]\n")
     with pytest.raises(SystemExit) as exit_:
@@ -90,7 +90,7 @@ def test_rules_test_runs_the_promtool_unit_tests() -> None:
     require_binary("promtool")
     result = _run("rules", "test")
     assert result.exit_code == 0, result.output
-    assert result.output.count("SUCCESS") == len(shipped_test_files()) == 5
+    assert result.output.count("SUCCESS") == len(shipped_test_files()) == 7
 
 
 @contextmanager

@@ -112,6 +112,18 @@ FAULT_ALERTS = {
     "DiskWillFill",  # disk_fill: a log volume filling (the node_exporter mixin's rule)
     "DiskSpaceLow",  # disk_fill once it is full
 }
+#: Service-level alerts from the HTTP metrics alone: burn rates of the latency and error
+#: budgets (services with an SLA series only) and the P99-against-baseline warning.
+SLO_ALERTS = {
+    "LatencySLOBurnFast",
+    "LatencySLOBurnSlow",
+    "LatencySLOBurnTicket",
+    "ErrorSLOBurnFast",
+    "ErrorSLOBurnSlow",
+    "ErrorSLOBurnTicket",
+    "HTTPLatencyAboveBaseline",
+    "SLABucketMissing",
+}
 
 
 def _alerts() -> list[AlertingRule]:
@@ -119,7 +131,7 @@ def _alerts() -> list[AlertingRule]:
 
 
 def test_the_pack_has_every_alert_of_the_domain() -> None:
-    assert set(default_pack().alert_names) == DOMAIN_ALERTS | FAULT_ALERTS
+    assert set(default_pack().alert_names) == DOMAIN_ALERTS | FAULT_ALERTS | SLO_ALERTS
 
 
 def test_every_alert_has_severity_layer_summary_description_and_runbook() -> None:
@@ -173,6 +185,44 @@ def test_parameters_are_rendered_into_the_expressions() -> None:
     assert "[[" not in pack.text
 
 
+def test_slo_parameters_are_rendered_into_the_burn_rate_alerts() -> None:
+    pack = default_pack(slo_error_objective=0.99, slo_fast_burn=10, slo_fast_window="2h")
+    rules = {r.name: r for g in pack.groups for r in g.rules}
+    fast = rules["ErrorSLOBurnFast"].expr
+    # budget 1 %, burned 10x: 10 % over both windows; the recording rules follow the window
+    assert "job:slo_http_5xx:ratio_rate2h > 0.1\n" in fast
+    assert "job:slo_http_5xx:ratio_rate5m > 0.1" in fast
+    assert "[2h]" in rules["job:slo_http_5xx:ratio_rate2h"].expr
+    description = rules["ErrorSLOBurnFast"].annotations["description"].source
+    # 10x over 2h spends 10 * 2h / 30d of the budget
+    assert "(1% of requests) burns 10x" in description and "2.78% of a 30-day" in description
+    assert "job_le:slo_http_over_sla:ratio_rate2h > 0.1\n" in rules["LatencySLOBurnFast"].expr
+
+
+def test_every_slo_series_is_gated_by_an_sla_series() -> None:
+    # Without aivitals_service_sla_seconds nothing of the burn-rate alerts is recorded: a
+    # service (the demo among them) that configures no SLA must never page on them.
+    group = next(g for g in default_pack().groups if g.name == "aivitals-slo")
+    for rule in group.recording_rules:
+        selects = rule.expr.count("rate(http_request_duration_seconds_")
+        gated = rule.expr.count("aivitals_service_sla_seconds")
+        # raw series only beside the gate; everything else reads the gated recordings
+        assert selects == gated, rule.name
+        if not selects:
+            assert re.findall(r"\b(?:job|job_le):slo_http_\w+:\w+", rule.expr), rule.name
+            assert "http_request_duration_seconds" not in rule.expr, rule.name
+    paging = {r.alert for r in group.alerting_rules if r.labels["severity"].source in ("P0", "P1")}
+    assert paging == {
+        "LatencySLOBurnFast",
+        "LatencySLOBurnSlow",
+        "ErrorSLOBurnFast",
+        "ErrorSLOBurnSlow",
+    }
+    for rule in group.alerting_rules:
+        if rule.alert in paging:
+            assert "slo_http_" in rule.expr and "http_request" not in rule.expr, rule.alert
+
+
 def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
     pack = default_pack(
         cpu_busy_ratio=0.8,
@@ -220,6 +270,13 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
         ({"disk_fill_free_ratio": 40}, "disk_fill_free_ratio=40 is a ratio"),
         ({"disk_fill_horizon": "1 day"}, "disk_fill_horizon='1 day' is not a Prometheus"),
         ({"disk_fill_window": "30s"}, "disk_fill_window='30s' spans fewer than 4 scrapes"),
+        ({"slo_latency_objective": 1.0}, "leaves no error budget to burn"),
+        ({"slo_error_objective": 0}, "slo_error_objective=0 must be within 0..1"),
+        ({"slo_fast_burn": 0}, "slo_fast_burn=0 must be > 0"),
+        ({"slo_slow_short_window": "7h"}, "slo_slow_short_window=7h must be shorter than"),
+        ({"slo_slow_window": "1h"}, "the SLO windows must all differ"),
+        ({"slo_ticket_window": "3h"}, "slo_slow_window=6h must be shorter than"),
+        ({"slo_slow_short_window": "1m"}, "slo_fast_short_window=5m must be the shortest"),
     ],
 )
 def test_bad_parameters_are_refused_naming_key_and_value(params: dict, message: str) -> None:  # type: ignore[type-arg]

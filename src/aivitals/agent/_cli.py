@@ -25,7 +25,15 @@ from ._agent import Agent
 from ._build import build_collectors
 from ._config import GPU_CHOICES, AgentConfig, ScrapeTarget, parse_duration
 from ._exposition import render
-from ._rules import NotifyTarget, RulesCollector, attach_rules, shipped_rules, user_rules
+from ._rules import (
+    NotifyTarget,
+    RulesCollector,
+    SlaCollector,
+    attach_rules,
+    fit_retention,
+    shipped_rules,
+    user_rules,
+)
 from ._webconfig import load_web_config
 
 if TYPE_CHECKING:
@@ -98,6 +106,13 @@ __all__ = ["agent", "collectors"]
     help="A parameter of the shipped pack (docs/alerts.md, Parameters, lists them; repeat).",
 )
 @click.option(
+    "--sla",
+    metavar="DURATION",
+    help="Request-time SLA of the scraped services (2s, 1500ms): exported as "
+    "aivitals_service_sla_seconds, it turns on the pack's latency and error burn-rate "
+    "alerts (docs/agent.md, SLA).",
+)
+@click.option(
     "--notify",
     "notify",
     multiple=True,
@@ -126,6 +141,7 @@ def agent(
     rule_files: tuple[str, ...],
     no_rules: bool,
     params: tuple[str, ...],
+    sla: str | None,
     notify: tuple[str, ...],
 ) -> None:
     """Collect GPU, host, process and kernel signals; serve /metrics and a PromQL API;
@@ -143,11 +159,19 @@ def agent(
     )
     pack_params = parse_param_pairs(params)
     collector = RulesCollector() if rules_on else None
+    targets_scraped = tuple(ScrapeTarget.parse(s) for s in scrape)
+    sla_seconds = None if sla is None else parse_duration("sla", sla)
+    sla_collector = (
+        None
+        if sla_seconds is None
+        else SlaCollector([(t.job, t.instance) for t in targets_scraped], sla_seconds)
+    )
+    extra = tuple(c for c in (collector, sla_collector) if c is not None)
     config = AgentConfig(
         listen=listen,
         allow_remote=allow_remote,
         exporter=exporter,
-        scrape=tuple(ScrapeTarget.parse(s) for s in scrape),
+        scrape=targets_scraped,
         scrape_interval=parse_duration("scrape-interval", scrape_interval),
         gpu=gpu,
         sim_gpu_dir=sim_gpu_dir,
@@ -163,7 +187,8 @@ def agent(
         ),
         kubelet_pods=kubelet_pods or None,
         web_config=None if web_config is None else load_web_config(web_config),
-        extra_collectors=() if collector is None else (collector,),
+        extra_collectors=extra,
+        sla=sla_seconds,
     )
     if config.web_config is not None:
         web = config.web_config
@@ -179,7 +204,13 @@ def agent(
             if rule_files
             else shipped_rules(config.scrape_interval, pack_params)
         )
+        if not rule_files:
+            groups, left_out = fit_retention(groups, config.retention)
+            if left_out and sla_seconds is not None:
+                click.echo(_retention_line(left_out, retention), err=True)
     the_agent = Agent(config)
+    if sla_collector is not None:
+        sla_collector.store = the_agent.store
     notifiers: Sequence[object] = ()
     if rules_on:
         _, notifiers = attach_rules(the_agent, groups, files, notify=targets, collector=collector)
@@ -209,6 +240,14 @@ def _rules_line(
     source = ", ".join(rule_files) or "the shipped pack"
     sent = "; notify " + ", ".join(f"{t.kind}={t.url}" for t in targets) if targets else ""
     return f"rules: {n_rules} in {len(groups)} groups from {source}, every {every:g} s{sent}"
+
+
+def _retention_line(left_out: Sequence[str], retention: str) -> str:
+    return (
+        f"SLO alerts left out at --retention {retention} (their windows are longer than "
+        f"the store keeps): {', '.join(left_out)}; --retention 6h adds the slow burn, "
+        "3d the ticket"
+    )
 
 
 def _rules_on(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +102,9 @@ class AgentConfig:
     port's URL; without it a process in a pod carries its ``pod_uid`` only.
     ``web_config`` (``load_web_config(path)``, Prometheus' web-config format) serves
     every path over TLS and/or behind basic auth.
+    ``sla`` (seconds) is the request-time SLA of the scraped services: the agent exports
+    it as ``aivitals_service_sla_seconds`` per target, which the rule pack's burn-rate
+    alerts need (none without it).
     """
 
     listen: str = "127.0.0.1:9478"
@@ -128,6 +132,7 @@ class AgentConfig:
     probe_timeout: float | None = None
     kubelet_pods: str | None = None
     web_config: WebConfig | None = None
+    sla: float | None = None
 
     def __post_init__(self) -> None:
         parse_listen(self.listen, allow_remote=self.allow_remote)
@@ -164,6 +169,18 @@ class AgentConfig:
             raise ConfigError(f"scrape_max_bytes: must be >= 1024, got {self.scrape_max_bytes!r}")
         if self.max_series < 1:
             raise ConfigError(f"max_series: must be >= 1, got {self.max_series!r}")
+        if self.sla is not None:
+            if isinstance(self.sla, bool) or not isinstance(self.sla, int | float):
+                raise ConfigError(f"sla: must be a number of seconds, got {self.sla!r}")
+            if not (math.isfinite(self.sla) and self.sla > 0):
+                raise ConfigError(f"sla: must be a finite number of seconds > 0, got {self.sla!r}")
+            if not self.scrape:
+                # the SLA is a property of a scraped service's histogram; with no target
+                # the series would join nothing and the SLO alerts would stay silent
+                raise ConfigError(
+                    "sla: applies to the services the agent scrapes, and none is given; "
+                    "add --scrape [JOB=]URL of the service's /metrics"
+                )
         if self.exporter and self.scrape:
             raise ConfigError(
                 "scrape: --exporter mode only serves the agent's own collectors; "

@@ -25,6 +25,14 @@ _PLACEHOLDER = re.compile(r"\[\[\s*([a-z0-9_]+)\s*\]\]")
 _DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 # Every rate()/increase() window must span at least this many scrapes (DOMAIN section 5).
 _MIN_SCRAPES_PER_WINDOW = 4
+# The windows of the burn-rate alerts, shortest first at the defaults.
+_SLO_WINDOWS = (
+    "slo_fast_short_window",
+    "slo_slow_short_window",
+    "slo_fast_window",
+    "slo_slow_window",
+    "slo_ticket_window",
+)
 
 
 def parse_duration(text: str, *, key: str = "duration") -> float:
@@ -159,6 +167,31 @@ class PackParams:
     cache_hit_baseline_ratio: float = 0.3
     #: Share of deadline timeouts whose model work was not aborted above this for 1m is P1.
     unaborted_timeout_ratio: float = 0.5
+    #: Service-level objectives of HTTP requests, for the burn-rate alerts of group
+    #: aivitals-slo (the SRE workbook's "Alerting on SLOs", multiwindow, multi-burn-rate).
+    #: They apply only to services with an SLA series (``aivitals_service_sla_seconds``,
+    #: exported by ``aivitals agent --sla``): without one nothing is measured, so nothing
+    #: pages. Share of requests that must finish within the SLA (budget: 1 %) ...
+    slo_latency_objective: float = 0.99
+    #: ... and share that must not end in a 5xx (budget 0.1 %: DOMAIN's healthy 504 rate).
+    slo_error_objective: float = 0.999
+    #: Burn rates: budget spent this many times faster than the objective allows. 14.4x
+    #: over 1h spends 2 % of a 30-day budget (P0), 6x over 6h 5 % (P1), 1x over 3d 10 % (P2).
+    slo_fast_burn: float = 14.4
+    slo_slow_burn: float = 6
+    slo_ticket_burn: float = 1
+    #: Each burn rate holds over a long window and a short one (a twelfth of it), so an
+    #: alert fires within minutes and resolves within minutes of the fix. The ticket's
+    #: short window is the slow page's long one (6h), as in the workbook.
+    slo_fast_window: str = "1h"
+    slo_fast_short_window: str = "5m"
+    slo_slow_window: str = "6h"
+    slo_slow_short_window: str = "30m"
+    slo_ticket_window: str = "3d"
+    #: HTTPLatencyAboveBaseline (P2, a warning): the P99 over rate_window above this many
+    #: times the P99 of the baseline_window before it (DOMAIN section 4: detect deviation
+    #: from baseline, not only fixed limits).
+    p99_baseline_factor: float = 1.5
     #: Window of rate(), increase() and quantiles over time.
     rate_window: str = "5m"
     #: Window of the fast ratios (504, 429, queue wait P99).
@@ -178,6 +211,7 @@ class PackParams:
                 raise ConfigError(f"{f.name}={value!r} must be a finite number >= 0")
         self._check_ratios()
         self._check_windows()
+        self._check_slo()
         if self.latency_good_seconds not in LATENCY_BUCKETS:
             raise ConfigError(
                 f"latency_good_seconds={self.latency_good_seconds!r} must be a bucket bound of "
@@ -223,12 +257,49 @@ class PackParams:
             "idle_window",
             "saturation_window",
             "disk_fill_window",
+            *_SLO_WINDOWS,
         ):
             window = parse_duration(getattr(self, name), key=name)
             if window < _MIN_SCRAPES_PER_WINDOW * scrape:
                 raise ConfigError(
                     f"{name}={getattr(self, name)!r} spans fewer than {_MIN_SCRAPES_PER_WINDOW} "
                     f"scrapes of scrape_interval={self.scrape_interval!r}; rate() needs at least 4"
+                )
+
+    def _check_slo(self) -> None:
+        for name in ("slo_latency_objective", "slo_error_objective"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ConfigError(
+                    f"{name}={value!r} must be within 0..1, exclusive: an objective of 1 "
+                    "leaves no error budget to burn"
+                )
+        for name in ("slo_fast_burn", "slo_slow_burn", "slo_ticket_burn", "p99_baseline_factor"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be > 0")
+        # the recording rules are named by their window: two roles with one window would
+        # record the same series twice
+        windows = {n: parse_duration(getattr(self, n), key=n) for n in _SLO_WINDOWS}
+        if len(set(windows.values())) != len(windows):
+            raise ConfigError(
+                "the SLO windows must all differ: "
+                + ", ".join(f"{n}={getattr(self, n)}" for n in _SLO_WINDOWS)
+            )
+        # the longer windows sum the rates recorded over the fast short window
+        if windows["slo_fast_short_window"] != min(windows.values()):
+            raise ConfigError(
+                f"slo_fast_short_window={self.slo_fast_short_window} must be the shortest "
+                "SLO window: the others are summed from its recorded rates"
+            )
+        for short, long in (
+            ("slo_fast_short_window", "slo_fast_window"),
+            ("slo_slow_short_window", "slo_slow_window"),
+            ("slo_slow_window", "slo_ticket_window"),
+        ):
+            if windows[short] >= windows[long]:
+                raise ConfigError(
+                    f"{short}={getattr(self, short)} must be shorter than "
+                    f"{long}={getattr(self, long)}"
                 )
 
     @classmethod
@@ -257,6 +328,19 @@ class PackParams:
         out["cache_hit_keep"] = _number(round(1.0 - self.cache_hit_drop, 12))
         # prometheus_client writes bucket bounds as Python's repr: 1.5 -> "1.5", 2 -> "2.0".
         out["latency_good_le"] = repr(float(self.latency_good_seconds))
+        # error budgets and the ratio each burn rate pages at, rounded so 1 - 0.99 reads 0.01
+        for speed in ("fast", "slow", "ticket"):
+            # the share of a 30-day budget a burn spends over its long window
+            window = parse_duration(getattr(self, f"slo_{speed}_window"))
+            spent = getattr(self, f"slo_{speed}_burn") * window / (30 * 86400)
+            out[f"slo_{speed}_spent_pct"] = f"{spent * 100:.3g}%"
+        for sli in ("latency", "error"):
+            budget = 1.0 - getattr(self, f"slo_{sli}_objective")
+            out[f"slo_{sli}_budget_pct"] = _pct(round(budget, 12))
+            for speed in ("fast", "slow", "ticket"):
+                burn = getattr(self, f"slo_{speed}_burn")
+                out[f"slo_{sli}_{speed}_ratio"] = _number(round(burn * budget, 12))
+                out[f"slo_{sli}_{speed}_ratio_pct"] = _pct(round(burn * budget, 12))
         out["rss_horizon_seconds"] = _number(parse_duration(self.rss_horizon))
         out["disk_fill_horizon_seconds"] = _number(parse_duration(self.disk_fill_horizon))
         return out

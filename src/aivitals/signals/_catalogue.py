@@ -762,6 +762,16 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         "Failed scrapes by reason (timeout, refused, too_large, parse).",
     ),
     (
+        "aivitals_service_sla_seconds",
+        G,
+        "seconds",
+        SERVICE,
+        ("bound",),
+        "The request-time SLA of a scraped service (aivitals agent --sla), per target; bound is "
+        "the http_request_duration_seconds bound it is measured at. The SLO burn-rate alerts "
+        "measure only services that have it.",
+    ),
+    (
         "aivitals_gpu_backend_info",
         INFO,
         "",
