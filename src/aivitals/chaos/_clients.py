@@ -9,6 +9,7 @@ and headers, with the fault's input where the template's ``{{prompt}}`` goes.
 from __future__ import annotations
 
 import base64
+import json
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -150,7 +151,7 @@ def malformed_requests(template: RequestTemplate) -> list[RequestSpec]:
     (as JSON escapes and raw), invalid UTF-8, full-width digits, a truncated body. On
     the demo's template these are the bytes of ``MALFORMED_BODIES``."""
     return [
-        template.render("hello \x00\x01\x02 world \x1b[31m"),
+        template.render_raw(json.dumps("hello \x00\x01\x02 world \x1b[31m")[1:-1].encode()),
         template.render_raw(b"caf\xc3 \xff\xfe invalid utf-8 \xed\xa0\x80"),
         template.render_raw("\uff11\uff12\uff13 full-width digits".encode()),
         template.render_raw(b"\x07\x08 raw control chars \x0b\x0c"),
