@@ -15,7 +15,7 @@ from aivitals.chaos import FaultContext
 from aivitals.chaos._cli import chaos
 from aivitals.chaos._clients import MALFORMED_BODIES, malformed_requests
 from aivitals.errors import ConfigError
-from aivitals.load import DEMO_EMBEDDINGS, RequestSpec, RequestTemplate
+from aivitals.load import DEMO_EMBEDDINGS, RequestSpec, RequestTemplate, embeddings_request
 from tests.chaos.conftest import run_processes
 from tests.load._server import TinyServer, tiny_server
 
@@ -181,10 +181,12 @@ def test_chaos_run_sends_the_demo_s_request_by_default(monkeypatch: pytest.Monke
     assert _context_of(["--target", "http://127.0.0.1:9"], monkeypatch).request is DEMO_EMBEDDINGS
 
 
+@pytest.mark.slow
 def test_chaos_run_with_an_openai_preset_reaches_the_service(chaos_root: Path) -> None:
-    """End to end once: the option, the fault, its helper, the service's log."""
+    """End to end once: the option, the fault, its helper, the service's log (slow: the
+    run lasts long enough for a helper started on a busy machine to send)."""
     with tiny_server() as srv:
-        args = ["run", "overlong_inputs", "--duration", "1s", "--target", srv.url]
+        args = ["run", "overlong_inputs", "--duration", "3s", "--target", srv.url]
         args += ["--openai", "chat", "--model", "tiny", "-p", "chars=2000", "-p", "rate=200"]
         result = CliRunner().invoke(chaos, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
@@ -212,3 +214,46 @@ def test_chaos_run_refuses_a_bad_request_choice_before_any_fault(
     assert result.exit_code == 1
     assert re.search(match, str(result.exception))
     assert not chaos_root.exists() or not any(chaos_root.iterdir())
+
+
+def _helper_args(
+    name: str, ctx: FaultContext, monkeypatch: pytest.MonkeyPatch, **params: Any
+) -> dict[str, Any]:
+    """What the fault hands its load-generator helper, without starting one."""
+    from aivitals.chaos import _clients
+    from aivitals.chaos._registry import get_fault
+
+    seen: list[dict[str, Any]] = []
+
+    def client_load(fault: Any, ctx: FaultContext, specs: list[RequestSpec], **kw: Any) -> int:
+        seen.append({"specs": specs, **kw})
+        return 0
+
+    monkeypatch.setattr(_clients, "client_load", client_load)
+    get_fault(name)(duration=5, **params)._start(ctx)
+    return seen[0]
+
+
+@pytest.mark.parametrize(
+    "completions,fresh",
+    [
+        (0, {"path": "/v1/embeddings", "prompt_tokens": 24, "max_tokens": 16}),
+        (1, {"path": "/v1/completions", "prompt_tokens": 32, "max_tokens": 16}),
+    ],
+)
+def test_the_demo_s_surge_asks_its_helper_for_what_it_did_before(
+    completions: int, fresh: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = FaultContext(target="http://127.0.0.1:9", base_rate=10)
+    args = _helper_args("traffic_surge", ctx, monkeypatch, factor=5, completions=completions)
+    assert args == {"specs": [], "rate": 50.0, "fresh": fresh}
+
+
+def test_the_demo_s_overlong_input_is_the_embeddings_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = FaultContext(target="http://127.0.0.1:9")
+    args = _helper_args("overlong_inputs", ctx, monkeypatch, chars=1000)
+    text = ("lorem ipsum dolor sit amet " * 38)[:1000]
+    assert args["specs"] == [embeddings_request(text)]
+    assert args["specs"][0].body == b'{"input": "' + text.encode() + b'"}'
