@@ -4,7 +4,8 @@ Routes: ``GET /`` -> "ok"; ``POST /v1/embeddings`` -> JSON with usage;
 ``POST /v1/completions`` with ``stream`` -> SSE of ``max_tokens`` events,
 ``token_delay`` apart after ``ttft_delay``; ``/slow`` waits ``slow_delay``;
 ``/serial`` too, one request at a time;
-``/error`` -> 503 with an error code; ``/close`` answers with Connection: close.
+``/error`` -> 503 with an error code; ``/close`` answers with Connection: close;
+any other path -> "ok" (a user's own API, recorded like the rest).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class TinyServer:
     connections: int = 0
     paths: list[str] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)
+    #: each request's method and header lines, as sent
+    heads: list[tuple[str, ...]] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     chaos_token: str = "test-token-123"
     chaos_calls: list[dict[str, object]] = field(default_factory=list)
@@ -61,6 +64,7 @@ async def _handle(
             body = await reader.readexactly(length) if length else b""
             state.requests += 1
             state.paths.append(path)
+            state.heads.append((method, *lines[1:]))
             state.bodies.append(body[:200])
             state.sizes.append(len(body))
             if not await _route(state, method, path, body, writer):

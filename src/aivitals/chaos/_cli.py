@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..load import parse_duration
+from ..load import OPENAI_KINDS, parse_duration, template_from_options
 from ._fault import DEFAULT_MAX_DURATION, FaultContext
 from ._journal import cleanup as cleanup_runs
 from ._registry import FAULTS, get_fault
@@ -119,6 +119,20 @@ def _takes(name: str, key: str) -> bool:
 )
 @click.option("--allow-host", "allow_hosts", multiple=True)
 @click.option(
+    "--request",
+    "request_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="What one request to the service looks like (YAML or JSON: method, path, "
+    "headers, a JSON body with a {{prompt}} placeholder); the faults that send requests "
+    "use it. Default: the demo's POST /v1/embeddings.",
+)
+@click.option(
+    "--openai",
+    type=click.Choice(OPENAI_KINDS),
+    help="Preset request for an OpenAI-compatible server (needs --model).",
+)
+@click.option("--model", help="The model name the --openai preset sends.")
+@click.option(
     "-p",
     "--param",
     "params",
@@ -145,6 +159,9 @@ def run(
     work_dir: Path | None,
     base_rate: float,
     allow_hosts: tuple[str, ...],
+    request_file: Path | None,
+    openai: str | None,
+    model: str | None,
     params: tuple[str, ...],
     max_duration: str,
     allow_foreign_restart: bool,
@@ -166,6 +183,7 @@ def run(
         work_dir=work_dir,
         base_rate=base_rate,
         allow_hosts=allow_hosts,
+        request=template_from_options(request_file, openai, model),
         allow_foreign_restart=allow_foreign_restart,
     )
     per_fault = _parse_params(names, params)

@@ -1,7 +1,9 @@
 """Faults made of client traffic: over-long inputs, malformed inputs, a surge.
 
 Each runs the load generator in a helper process, so a crash of the runner
-cannot leave it sending, and the runner's own timing is not disturbed.
+cannot leave it sending, and the runner's own timing is not disturbed. What they
+send is the context's request template (``FaultContext.request``): its method, path
+and headers, with the fault's input where the template's ``{{prompt}}`` goes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ..load import RequestSpec, completions_request, embeddings_request, make_prompt
+from ..load import DEMO_COMPLETIONS, DEMO_EMBEDDINGS, RequestSpec, RequestTemplate, make_prompt
 from ._fault import Fault, FaultContext, FaultEffect, Touch
 from ._spec import (
     FaultSpec,
@@ -73,6 +75,10 @@ def client_load(
 #: before sending): an hour at 500/s.
 _MAX_FRESH_SENDS = 1_800_000
 
+#: The most fresh requests a surge renders itself, for a template the load generator
+#: cannot build (they travel base64 in the helper's args file, about 0.3 KB each).
+_MAX_RENDERED_SENDS = 200_000
+
 #: Every client-traffic fault: one load-generator helper of the run.
 _CLIENT = Touch(
     "",
@@ -126,7 +132,7 @@ OVERLONG_INPUTS = FaultSpec(
 
 
 class OverlongInputs(Fault):
-    """One client sending ``chars``-character inputs to ``/v1/embeddings``."""
+    """One client sending ``chars``-character inputs where the template's prompt goes."""
 
     name = "overlong_inputs"
     spec = OVERLONG_INPUTS
@@ -135,24 +141,26 @@ class OverlongInputs(Fault):
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
         text = "lorem ipsum dolor sit amet " * (int(self.values["chars"]) // 27 + 1)
-        spec = embeddings_request(text[: int(self.values["chars"])])
+        spec = ctx.request.render(text[: int(self.values["chars"])])
         pid = client_load(self, ctx, [spec], rate=self.values["rate"])
         return FaultEffect(client_url=ctx.target, details={"pid": pid})
 
 
-def _raw(body: bytes, path: str = "/v1/embeddings") -> RequestSpec:
-    return RequestSpec("POST", path, body, (("Content-Type", "application/json"),))
+def malformed_requests(template: RequestTemplate) -> list[RequestSpec]:
+    """What one misbehaving client sends, in the template's request: control characters
+    (as JSON escapes and raw), invalid UTF-8, full-width digits, a truncated body. On
+    the demo's template these are the bytes of ``MALFORMED_BODIES``."""
+    return [
+        template.render_raw(json.dumps("hello \x00\x01\x02 world \x1b[31m")[1:-1].encode()),
+        template.render_raw(b"caf\xc3 \xff\xfe invalid utf-8 \xed\xa0\x80"),
+        template.render_raw("\uff11\uff12\uff13 full-width digits".encode()),
+        template.render_raw(b"\x07\x08 raw control chars \x0b\x0c"),
+        template.render_raw(b"truncated", truncate=True),
+    ]
 
 
-#: What one misbehaving client sends: control characters (as JSON escapes and
-#: raw), invalid UTF-8, full-width digits, a truncated body.
-MALFORMED_BODIES: tuple[bytes, ...] = (
-    json.dumps({"input": "hello \x00\x01\x02 world \x1b[31m"}).encode(),
-    b'{"input": "caf\xc3 \xff\xfe invalid utf-8 \xed\xa0\x80"}',
-    json.dumps({"input": "\uff11\uff12\uff13 full-width digits"}, ensure_ascii=False).encode(),
-    b'{"input": "\x07\x08 raw control chars \x0b\x0c"}',
-    b'{"input": "truncated',
-)
+#: The demo's malformed bodies, as the fault sent them before it took a template.
+MALFORMED_BODIES: tuple[bytes, ...] = tuple(r.body for r in malformed_requests(DEMO_EMBEDDINGS))
 
 
 #: Of the five bodies, two are refused for the same reason, control characters (one as
@@ -183,7 +191,8 @@ class MalformedInputs(Fault):
     touches = (_CLIENT,)
 
     def _start(self, ctx: FaultContext) -> FaultEffect:
-        pid = client_load(self, ctx, [_raw(b) for b in MALFORMED_BODIES], rate=self.values["rate"])
+        specs = malformed_requests(ctx.request)
+        pid = client_load(self, ctx, specs, rate=self.values["rate"])
         return FaultEffect(client_url=ctx.target, details={"pid": pid})
 
 
@@ -297,8 +306,9 @@ TRAFFIC_SURGE = FaultSpec(
 
 
 class TrafficSurge(Fault):
-    """Extra open-loop load at ``factor`` times the context's ``base_rate`` on
-    ``/v1/embeddings`` (``completions`` 1 for streaming completions instead).
+    """Extra open-loop load at ``factor`` times the context's ``base_rate``, each request
+    the context's template (the demo's ``/v1/embeddings`` by default; ``completions`` 1
+    for the demo's streaming completions instead).
 
     A surge is new traffic: by default (``distinct`` 0) every request carries a
     prompt of its own, so a response cache in front of the model does not absorb
@@ -321,25 +331,44 @@ class TrafficSurge(Fault):
     def _start(self, ctx: FaultContext) -> FaultEffect:
         rng = random.Random()
         n = int(self.values["distinct"])
-        completions = bool(self.values["completions"])
+        template = _surge_template(ctx.request, bool(self.values["completions"]))
+        tokens = 32 if template == DEMO_COMPLETIONS else 24
         rate = self.values["factor"] * ctx.base_rate
         if n == 0:
             # The load generator makes one request per send time before it starts
             # (about 1 KB each): refuse a surge that would hold gigabytes of them.
             sends = rate * (self.duration + 10.0)
-            if sends > _MAX_FRESH_SENDS:
+            # The helper's generator makes fresh inputs only in the demo's two requests;
+            # any other template's are rendered here and travel in its args file.
+            built = template in (DEMO_EMBEDDINGS, DEMO_COMPLETIONS)
+            most = _MAX_FRESH_SENDS if built else _MAX_RENDERED_SENDS
+            if sends > most:
                 raise ConfigError(
                     f"fault 'traffic_surge': {rate:g}/s for {self.duration:g} s is "
-                    f"{sends:,.0f} distinct requests (at most {_MAX_FRESH_SENDS:,}); "
-                    "shorten the fault or set distinct to cycle that many prompts"
+                    f"{sends:,.0f} distinct requests (at most {most:,} with "
+                    f"{template.describe()}); shorten the fault or set distinct to cycle "
+                    "that many prompts"
                 )
-            path = "/v1/completions" if completions else "/v1/embeddings"
-            fresh = {"path": path, "prompt_tokens": 32 if completions else 24, "max_tokens": 16}
-            pid = client_load(self, ctx, [], rate=rate, fresh=fresh)
-        else:
-            if completions:
-                specs = [completions_request(make_prompt(32, rng=rng), 16) for _ in range(n)]
+            if built:
+                fresh = {"path": template.path, "prompt_tokens": tokens, "max_tokens": 16}
+                pid = client_load(self, ctx, [], rate=rate, fresh=fresh)
             else:
-                specs = [embeddings_request(make_prompt(24, rng=rng)) for _ in range(n)]
+                specs = [template.render(make_prompt(tokens, rng=rng)) for _ in range(int(sends))]
+                pid = client_load(self, ctx, specs, rate=rate)
+        else:
+            specs = [template.render(make_prompt(tokens, rng=rng)) for _ in range(n)]
             pid = client_load(self, ctx, specs, rate=rate)
         return FaultEffect(client_url=ctx.target, details={"pid": pid, "rate": rate})
+
+
+def _surge_template(request: RequestTemplate, completions: bool) -> RequestTemplate:
+    """What the surge sends: the context's template; ``completions`` 1 picks the demo's
+    streaming completions instead, so it is refused with a template of the user's."""
+    if not completions:
+        return request
+    if request != DEMO_EMBEDDINGS:
+        raise ConfigError(
+            "fault 'traffic_surge': completions=1 picks the demo's streaming completions; "
+            f"with a request template ({request.describe()}) the template says what to send"
+        )
+    return DEMO_COMPLETIONS

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, FaultError, FaultRefused
-from ..load import check_target, split_url
+from ..load import DEMO_EMBEDDINGS, RequestTemplate, check_target, split_url
 from ._journal import Entry, Journal, Replacement, RunDir, revert_entry
 from ._procs import python_helper, spawn, start_time
 from ._spec import FaultSpec
@@ -41,7 +41,10 @@ class FaultContext:
     ``target`` is the service's base URL (loopback unless ``allow_hosts`` names
     its host), ``chaos_token`` opens the service's in-process chaos endpoint,
     ``work_dir`` is where disk faults write (default: the run directory),
-    ``base_rate`` is the normal request rate a traffic surge multiplies.
+    ``base_rate`` is the normal request rate a traffic surge multiplies,
+    ``request`` what one request to the service looks like (every fault that sends
+    requests takes its method, path, headers and body from it; the demo's
+    embeddings by default).
 
     Who owns the processes named here (``redis_pid``, ``service_pid``): ``owner``
     is the ledger directory (a ``RunDir`` of kind ``"stack"``) of whoever started
@@ -63,6 +66,7 @@ class FaultContext:
     work_dir: Path | None = None
     allow_hosts: tuple[str, ...] = ()
     base_rate: float = 10.0
+    request: RequestTemplate = DEMO_EMBEDDINGS
     owner: Path | None = None
     on_replace: Callable[[Replacement], None] | None = field(default=None, compare=False)
     allow_foreign_restart: bool = False

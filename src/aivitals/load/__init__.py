@@ -28,10 +28,22 @@ from ._report import SLO, LatencyStats, LoadReport, RequestResult, summarize
 from ._run import LoadCounters, run_load, run_load_async
 from ._schedule import poisson_schedule, uniform_schedule
 from ._target import check_target, is_loopback_host, split_url
+from ._template import (
+    DEMO_COMPLETIONS,
+    DEMO_EMBEDDINGS,
+    OPENAI_KINDS,
+    PLACEHOLDER,
+    RequestTemplate,
+    template_from_options,
+)
 from ._trace import TRACES, TraceRequest, dataset_dir, load_trace
 from ._units import parse_duration
 
 __all__ = [
+    "DEMO_COMPLETIONS",
+    "DEMO_EMBEDDINGS",
+    "OPENAI_KINDS",
+    "PLACEHOLDER",
     "SLO",
     "TRACES",
     "CapacityLevel",
@@ -42,6 +54,7 @@ __all__ = [
     "LoadReport",
     "RequestResult",
     "RequestSpec",
+    "RequestTemplate",
     "TraceRequest",
     "check_target",
     "completions_request",
@@ -59,5 +72,6 @@ __all__ = [
     "split_url",
     "summarize",
     "sweep_capacity",
+    "template_from_options",
     "uniform_schedule",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "RequestSpec",
@@ -71,11 +71,12 @@ def _json_body(obj: dict[str, object]) -> tuple[bytes, tuple[tuple[str, str], ..
 
 
 def embeddings_request(text: str, *, path: str = "/v1/embeddings") -> RequestSpec:
-    """``POST /v1/embeddings`` with ``{"input": text}``."""
-    body, headers = _json_body({"input": text})
-    return RequestSpec(
-        "POST", path, body, headers, prompt_tokens=len(text.split()), expects_json=True
-    )
+    """``POST /v1/embeddings`` with ``{"input": text}``: the demo's template, rendered."""
+    # Imported here: the template module builds on RequestSpec, defined above.
+    from ._template import DEMO_EMBEDDINGS
+
+    spec = DEMO_EMBEDDINGS.render(text)
+    return spec if path == spec.path else replace(spec, path=path)
 
 
 def completions_request(
