@@ -302,7 +302,7 @@ def fit_retention(
     rules' windows (DiskWillFill's 6h regression) ask a different question of the data
     they have. An alert goes with the recording rules it reads.
     """
-    from ..alerts._params import parse_duration
+    from ..tsdb import parse_duration
 
     out: list[RuleGroup] = []
     dropped: list[str] = []
@@ -313,7 +313,7 @@ def fit_retention(
         gone: set[str] = set()
         kept = []
         for rule in group.rules:
-            windows = [parse_duration(w) for w in _RANGE.findall(rule.expr)]
+            windows = [parse_duration("window", w) for w in _RANGE.findall(rule.expr)]
             too_long = any(w > retention for w in windows)
             reads_gone = any(re.search(re.escape(name) + r"(?![\w:])", rule.expr) for name in gone)
             if too_long or reads_gone:
