@@ -49,7 +49,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,30 +67,13 @@ from aivitals.alerts import default_pack  # noqa: E402
 from aivitals.diagnose import diagnose  # noqa: E402
 from aivitals.fleet._fleet import vmalert_rules  # noqa: E402
 from aivitals.tsdb import PrometheusBackend  # noqa: E402
+from fleet import free_port, wait_http  # noqa: E402  (the import benchmark's helpers)
 
 RECORDING = ROOT / "tests" / "fixtures" / "gpu" / "h200" / "scenarios.csv"
 RESULT = ROOT / "benchmarks" / "results" / "fleet.json"
 TARGET_S = 10.0
 STEP = 15.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not ready in {timeout} s")
 
 
 def start(
