@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import yaml
 
+from .._tempdir import temp_root
 from ..errors import AlreadyRunning, ConfigError, ServiceError
 from ..timescale import TimeScale
 from ._procs import Proc, alive, spawn, stop_all
@@ -55,7 +56,7 @@ def _duration(seconds: float) -> str:
 
 def default_state_path() -> Path:
     """Where ``fleet up`` records its processes unless told otherwise (per user)."""
-    return Path(tempfile.gettempdir()) / f"aivitals-fleet-{os.getuid()}" / "fleet.json"
+    return Path(temp_root()) / f"aivitals-fleet-{os.getuid()}" / "fleet.json"
 
 
 def _free_port() -> int:

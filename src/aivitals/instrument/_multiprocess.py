@@ -30,6 +30,7 @@ from types import FrameType
 
 import psutil
 
+from .._tempdir import temp_root
 from ..errors import ConfigError
 from ._metrics import _BY_REGISTRY, _UNREGISTERED, multiprocess_dir
 
@@ -165,7 +166,7 @@ def _metrics_made() -> list[str]:
 
 
 def _base(fix: str) -> Path:
-    base = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}"
+    base = Path(temp_root()) / f"aivitals-prometheus-{os.getuid()}"
     try:
         base.mkdir(mode=0o700, exist_ok=True)
         info = os.lstat(base)
@@ -337,7 +338,7 @@ def children_directory() -> str | None:
     """In the root: its children's metric directory, when one of them made it."""
     if _root_key is None or multiprocess_dir() or not _root_key.startswith(f"{os.getpid()}-"):
         return None
-    path = Path(tempfile.gettempdir()) / f"aivitals-prometheus-{os.getuid()}" / _root_key
+    path = Path(temp_root()) / f"aivitals-prometheus-{os.getuid()}" / _root_key
     return str(path) if path.is_dir() else None
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from .._tempdir import temp_root
 from ..errors import AlreadyRunning
 
 __all__ = ["RunLock", "default_lock_path"]
 
 
 def default_lock_path() -> Path:
-    return Path(os.environ.get("AIVITALS_VALIDATE_LOCK") or tempfile.gettempdir()) / (
+    return Path(os.environ.get("AIVITALS_VALIDATE_LOCK") or temp_root()) / (
         "aivitals-validate.lock"
     )
 

@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..._tempdir import temp_root
 from ...errors import ConfigError
 from .._xid import xid_meaning
 
@@ -85,9 +85,7 @@ class SimDevice:
 def default_sim_dir() -> str:
     """Where the simulated GPU's state lives unless told: ``$AIVITALS_SIM_GPU_DIR``,
     else ``<tmp>/aivitals-sim-gpu`` (the demo, the chaos runner and the agent agree)."""
-    return os.environ.get("AIVITALS_SIM_GPU_DIR") or os.path.join(
-        tempfile.gettempdir(), "aivitals-sim-gpu"
-    )
+    return os.environ.get("AIVITALS_SIM_GPU_DIR") or os.path.join(temp_root(), "aivitals-sim-gpu")
 
 
 def _alive(pid: int) -> bool:
