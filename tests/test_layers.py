@@ -134,7 +134,7 @@ def test_the_table_is_read_from_the_doc() -> None:
     assert {"errors", "signals", "instrument", "protect", "collect", "agent", "cli"} <= set(table)
     assert table["protect"] == {"signals", "instrument"}
     assert table["load"] == set() and table["chaos"] is None
-    assert _allowed(table, "protect") == {"signals", "instrument", "errors"}
+    assert _allowed(table, "protect") == {"signals", "instrument", "errors", "_tempdir"}
     # The lower layers never reach up to the agent, the store or the diagnosis.
     for low in ("signals", "instrument", "protect", "collect"):
         assert not {"agent", "tsdb", "diagnose", "alerts", "demo"} & (_allowed(table, low) or set())
