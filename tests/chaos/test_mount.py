@@ -17,7 +17,14 @@ import httpx
 import psutil
 import pytest
 
-from aivitals.chaos import CHAOS_ENV, CHAOS_PATH, ChaosMount, InProcessFaults, mount
+from aivitals.chaos import (
+    CHAOS_ENV,
+    CHAOS_PATH,
+    ChaosMount,
+    InProcessFaults,
+    mount,
+    mount_wsgi,
+)
 from aivitals.errors import ConfigError, FaultError, FaultUnsupported
 
 TOKEN = "mount-test-token"
@@ -465,3 +472,66 @@ def test_the_in_process_client_says_what_each_refusal_means(
         assert target[0].faults.active("thread_leak")
         runner.stop(active)
         assert not target[0].faults.active("thread_leak")
+
+
+# -- the WSGI twin --------------------------------------------------------------------------
+def _wsgi_app(seen: list[str]) -> Any:
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(environ["PATH_INFO"])
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    return app
+
+
+def test_the_wsgi_hook_has_the_same_gate_and_protocol() -> None:
+    seen: list[str] = []
+    off = httpx.Client(transport=httpx.WSGITransport(app=mount_wsgi(_wsgi_app(seen), environ={})))
+    refused = off.post(CHAOS_PATH, json={"fault": "thread_leak", "action": "start"}, headers=HDR)
+    assert refused.status_code == 403 and refused.json()["env"] == CHAOS_ENV
+    mounted = mount_wsgi(_wsgi_app(seen), environ=ON, hooks={"cold_start": lambda on, p: None})
+    c = httpx.Client(transport=httpx.WSGITransport(app=mounted), base_url="http://svc")
+    wrong = c.get(CHAOS_PATH, headers={"X-Aivitals-Token": "not-the-token"})
+    start = {"fault": "thread_leak", "action": "start", "params": {"per_request": 0}}
+    bad = c.post(CHAOS_PATH, json=start, headers=HDR)
+    listed = c.get(CHAOS_PATH, headers=HDR).json()
+    # no event loop in a WSGI worker: blocking it needs the app's own hook
+    loop = c.post(CHAOS_PATH, json={"fault": "event_loop_block", "action": "start"}, headers=HDR)
+    assert wrong.status_code == 403 and "X-Aivitals-Token" in wrong.json()["error"]
+    assert bad.status_code == 400 and "per_request=0 outside [1, 64]" in bad.json()["error"]
+    assert listed["supported"] == {
+        "cold_start": "hook",
+        "gpu_leak": "generic",
+        "process_memory_leak": "generic",
+        "slow_dependency": "generic",
+        "thread_leak": "generic",
+    }
+    assert loop.status_code == 409 and loop.json()["unsupported"] == "event_loop_block"
+    assert seen == []  # the hook's path never reached the app
+
+
+def test_the_wsgi_hook_runs_its_generic_faults_in_the_request() -> None:
+    seen: list[str] = []
+    mounted = mount_wsgi(_wsgi_app(seen), environ=ON)
+    c = httpx.Client(transport=httpx.WSGITransport(app=mounted), base_url="http://svc")
+
+    def leaked() -> int:
+        return sum(t.name == "aivitals-chaos-leaked" for t in threading.enumerate())
+
+    def start(fault: str, **params: Any) -> None:
+        body = {"fault": fault, "action": "start", "params": params}
+        assert c.post(CHAOS_PATH, json=body, headers=HDR).status_code == 200
+
+    start("slow_dependency", seconds=0.3)
+    start("thread_leak", per_request=3, max_threads=5)
+    t0 = time.perf_counter()
+    assert c.get("/v1/a").status_code == 200
+    slow = time.perf_counter() - t0
+    c.get("/v1/b")
+    held = leaked()
+    mounted.faults.stop_all()
+    t0 = time.perf_counter()
+    c.get("/v1/c")
+    assert slow >= 0.22 and time.perf_counter() - t0 < 0.1
+    assert held == 5 and leaked() == 0
+    assert seen == ["/v1/a", "/v1/b", "/v1/c"]

@@ -31,11 +31,13 @@ from ._mount import (
     CHAOS_PATH,
     IN_PROCESS_FAULTS,
     ChaosMount,
+    ChaosMountWSGI,
     FaultHook,
     GpuLeakTarget,
     InProcessFaults,
     InProcessFaultSpec,
     mount,
+    mount_wsgi,
 )
 from ._net import FAULT_NETNS_GLOB
 from ._procs import RUN_ENV, kill_tree, same_process, start_time
@@ -69,6 +71,7 @@ __all__ = [
     "RUN_ENV",
     "ActiveFault",
     "ChaosMount",
+    "ChaosMountWSGI",
     "ChaosRunner",
     "CleanupReport",
     "Fault",
@@ -102,6 +105,7 @@ __all__ = [
     "keeps_title",
     "kill_tree",
     "mount",
+    "mount_wsgi",
     "replay",
     "same_process",
     "start_time",

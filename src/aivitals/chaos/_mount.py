@@ -14,6 +14,11 @@ Five faults run on any app, by the mount itself, on each request it passes on
 ``gpu_leak``). Four need the app's own parts (its worker pool, its model, its
 timeouts) and run only through a hook the app passes; without one they are
 answered 409 "not supported", and GET lists what this service supports.
+``mount_wsgi`` is the same hook for a WSGI app, where ``event_loop_block`` (there is
+no loop) needs a hook too.
+
+The registry is per process: under several worker processes (``uvicorn --workers``,
+gunicorn) a POST reaches the one worker that accepted it.
 
 Every fault has a bounded duration after which it reverts by itself; the
 lifespan's shutdown (and ``faults.stop_all()``) reverts everything.
@@ -31,8 +36,9 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 from ..errors import ConfigError, FaultUnsupported
@@ -43,11 +49,13 @@ __all__ = [
     "IN_PROCESS_FAULTS",
     "MAX_DURATION",
     "ChaosMount",
+    "ChaosMountWSGI",
     "FaultHook",
     "GpuLeakTarget",
     "InProcessFaultSpec",
     "InProcessFaults",
     "mount",
+    "mount_wsgi",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -55,6 +63,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 CHAOS_PATH = "/_aivitals/chaos"
 #: The variable that turns the hook on, holding the token callers must send.
@@ -340,7 +350,6 @@ class _Generic:
     """The generic faults' per-request effects and their reverts, read from ``faults``."""
 
     def __init__(self, gpu: Callable[[], GpuLeakTarget | None] | None) -> None:
-        self.faults: InProcessFaults | None = None
         self._gpu_source = gpu
         self._gpu: GpuLeakTarget | None = None
         self._lock = threading.Lock()
@@ -361,9 +370,9 @@ class _Generic:
         target = self._gpu
         return None if target is None else str(getattr(target, "device", type(target).__name__))
 
-    def before(self, faults: InProcessFaults) -> None:
-        """The synchronous part, on the event loop, in the request's path."""
-        seconds = faults.param("event_loop_block", "seconds")
+    def before(self, faults: InProcessFaults, *, loop: bool) -> None:
+        """The synchronous part, in the request's path (on the event loop when ``loop``)."""
+        seconds = faults.param("event_loop_block", "seconds") if loop else None
         if seconds:
             time.sleep(seconds)  # the fault: sync work on the event loop
         mib = faults.param("process_memory_leak", "mib_per_request")
@@ -376,11 +385,10 @@ class _Generic:
         if threads:
             self._leak_threads(int(threads), int(faults.param("thread_leak", "max_threads") or 0))
 
-    async def dependency(self, faults: InProcessFaults) -> None:
-        """``slow_dependency``: an awaited call to a slow upstream; the loop stays free."""
+    def dependency_delay(self, faults: InProcessFaults) -> float:
+        """``slow_dependency``: how long this request's call to the slow upstream takes."""
         seconds = faults.param("slow_dependency", "seconds")
-        if seconds:
-            await asyncio.sleep(seconds * self._rng.uniform(0.75, 1.25))
+        return seconds * self._rng.uniform(0.75, 1.25) if seconds else 0.0
 
     def _grow_memory(self, mib: float, cap_mib: float) -> None:
         with self._lock:
@@ -452,20 +460,22 @@ def _chain(first: FaultHook, second: FaultHook) -> FaultHook:
     return both
 
 
-# -- the ASGI wrapper ----------------------------------------------------------------------
-class ChaosMount:
-    """``app`` behind the chaos hook; ``faults`` is the registry (also for tests and code
-    that starts a fault without HTTP), ``enabled`` whether the HTTP path is on."""
+# -- the hook, apart from the server interface ----------------------------------------------
+class _Hook:
+    """What the ASGI and the WSGI hook share: the checks of ``mount``'s arguments, the
+    registry, the gate and the answers, each a (status, JSON body) pair."""
+
+    #: the generic faults this kind of server can have (WSGI has no event loop)
+    generic: frozenset[str] = GENERIC
 
     def __init__(
         self,
-        app: ASGIApp,
         *,
-        hooks: Mapping[str, FaultHook] | None = None,
-        path: str = CHAOS_PATH,
-        paths: Collection[str] | None = None,
-        gpu: Callable[[], GpuLeakTarget | None] | None = None,
-        environ: Mapping[str, str] | None = None,
+        hooks: Mapping[str, FaultHook] | None,
+        path: str,
+        paths: Collection[str] | None,
+        gpu: Callable[[], GpuLeakTarget | None] | None,
+        environ: Mapping[str, str] | None,
     ) -> None:
         if not path.startswith("/") or path == "/":
             raise ConfigError(f"path={path!r}: expected an absolute path below /")
@@ -473,22 +483,18 @@ class ChaosMount:
         for name, hook in hooks.items():
             _spec(name)
             if not callable(hook):
-                raise ConfigError(
-                    f"hooks[{name!r}]: expected a callable (on, params), got {hook!r}"
-                )
+                raise ConfigError(f"hooks[{name!r}]: expected a callable(on, params): {hook!r}")
         for p in paths or ():
             if not p.startswith("/"):
                 raise ConfigError(f"paths: {p!r} is not an absolute path")
-        self.app = app
         self.path = path.rstrip("/")
         self._paths = None if paths is None else tuple(paths)
         self._generic = _Generic(gpu)
-        on_change: dict[str, FaultHook] = self._generic.hooks()
+        on_change = {n: h for n, h in self._generic.hooks().items() if n in self.generic}
         for name, hook in hooks.items():
             on_change[name] = _chain(on_change[name], hook) if name in on_change else hook
         self.hooked = frozenset(hooks)
-        self.faults = InProcessFaults(on_change=on_change, supported=GENERIC | self.hooked)
-        self._generic.faults = self.faults
+        self.faults = InProcessFaults(on_change=on_change, supported=self.generic | self.hooked)
         raw = (os.environ if environ is None else environ).get(CHAOS_ENV) or ""
         if raw and len(raw) < MIN_TOKEN_CHARS:
             raise ConfigError(f"{CHAOS_ENV}: expected at least {MIN_TOKEN_CHARS} characters")
@@ -502,10 +508,8 @@ class ChaosMount:
         """Fault -> how this service runs it (``generic``, ``hook``, or both)."""
         out: dict[str, str] = {}
         for name in sorted(self.faults.supported):
-            how = [
-                w for w, yes in (("generic", name in GENERIC), ("hook", name in self.hooked)) if yes
-            ]
-            out[name] = "+".join(how)
+            how = ("generic", name in self.generic), ("hook", name in self.hooked)
+            out[name] = "+".join(word for word, yes in how if yes)
         return out
 
     def listing(self) -> dict[str, Any]:
@@ -519,6 +523,66 @@ class ChaosMount:
             },
         }
 
+    def _is_hook_path(self, path: str) -> bool:
+        return path.rstrip("/") == self.path
+
+    def _affects(self, path: str) -> bool:
+        if self._paths is None:
+            return True
+        return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self._paths)
+
+    def _gate(self, method: str, given: bytes) -> tuple[int, dict[str, Any]] | None:
+        """The refusal for this call, or None when it may go on."""
+        if self._token is None:
+            off = (
+                f"the chaos hook is off: set {CHAOS_ENV} (a token of {MIN_TOKEN_CHARS}+ "
+                "characters) in the service's environment to turn it on"
+            )
+            return 403, {"error": off, "env": CHAOS_ENV}
+        if not hmac.compare_digest(given, self._token):
+            return 403, {"error": "bad or missing X-Aivitals-Token"}
+        if method not in ("GET", "POST"):
+            return 405, {"error": f"{method} {self.path}: expected GET or POST"}
+        return None
+
+    def _act(self, raw: bytes | None) -> tuple[int, dict[str, Any]]:
+        """A POST's answer; it runs the hooks, so never on an event loop."""
+        if raw is None:
+            return 413, {"error": f"body over {_MAX_BODY} bytes"}
+        try:
+            fault, action, params = _parse(raw)
+            if action == "start":
+                described = self.faults.start(fault, params)
+                if fault == "gpu_leak":
+                    described["device"] = self._generic.gpu_device()
+                log.warning("chaos fault started", extra={"fault": fault})
+                return 200, {"started": described}
+            stopped = self.faults.stop(fault)
+            log.warning("chaos fault stopped", extra={"fault": fault})
+            return 200, {"stopped": stopped, "fault": fault}
+        except FaultUnsupported as exc:
+            return 409, {"error": str(exc), "unsupported": exc.fault}
+        except ConfigError as exc:
+            return 400, {"error": str(exc)}
+
+
+class ChaosMount(_Hook):
+    """An ASGI ``app`` behind the chaos hook; ``faults`` is the registry (also for tests
+    and code that starts a fault without HTTP), ``enabled`` whether the path is on."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hooks: Mapping[str, FaultHook] | None = None,
+        path: str = CHAOS_PATH,
+        paths: Collection[str] | None = None,
+        gpu: Callable[[], GpuLeakTarget | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(hooks=hooks, path=path, paths=paths, gpu=gpu, environ=environ)
+        self.app = app
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
@@ -527,21 +591,18 @@ class ChaosMount:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if str(scope.get("path", "")).rstrip("/") == self.path:
+        path = str(scope.get("path", ""))
+        if self._is_hook_path(path):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             else:
                 await self._endpoint(scope, receive, send)
             return
-        if kind == "http" and self._affects(str(scope.get("path", ""))):
-            self._generic.before(self.faults)
-            await self._generic.dependency(self.faults)
+        if kind == "http" and self._affects(path):
+            self._generic.before(self.faults, loop=True)
+            if delay := self._generic.dependency_delay(self.faults):
+                await asyncio.sleep(delay)  # awaited, as a real upstream call is: loop free
         await self.app(scope, receive, send)
-
-    def _affects(self, path: str) -> bool:
-        if self._paths is None:
-            return True
-        return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self._paths)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def wrapped(message: Message) -> None:
@@ -552,48 +613,68 @@ class ChaosMount:
         return wrapped
 
     async def _endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._token is None:
-            off = (
-                f"the chaos hook is off: set {CHAOS_ENV} (a token of {MIN_TOKEN_CHARS}+ "
-                "characters) in the service's environment to turn it on"
-            )
-            await _json(send, 403, {"error": off, "env": CHAOS_ENV})
-            return
         given = b""
         for key, value in scope.get("headers", ()):
             if key.lower() == b"x-aivitals-token":
                 given = bytes(value)
-        if not hmac.compare_digest(given, self._token):
-            await _json(send, 403, {"error": "bad or missing X-Aivitals-Token"})
-            return
-        method = scope.get("method", "GET")
-        if method == "GET":
+        method = str(scope.get("method", "GET"))
+        if (refusal := self._gate(method, given)) is not None:
+            await _json(send, *refusal)
+        elif method == "GET":
             await _json(send, 200, self.listing())
-        elif method == "POST":
-            status, body = await self._post(receive)
-            await _json(send, status, body)
         else:
-            await _json(send, 405, {"error": f"{method} {self.path}: expected GET or POST"})
+            raw = await _read_body(receive)
+            await _json(send, *await asyncio.to_thread(self._act, raw))
 
-    async def _post(self, receive: Receive) -> tuple[int, dict[str, Any]]:
-        raw = await _read_body(receive)
-        if raw is None:
-            return 413, {"error": f"body over {_MAX_BODY} bytes"}
-        try:
-            fault, action, params = _parse(raw)
-            if action == "start":
-                described = await asyncio.to_thread(self.faults.start, fault, params)
-                if fault == "gpu_leak":
-                    described["device"] = self._generic.gpu_device()
-                log.warning("chaos fault started", extra={"fault": fault})
-                return 200, {"started": described}
-            stopped = await asyncio.to_thread(self.faults.stop, fault)
-            log.warning("chaos fault stopped", extra={"fault": fault})
-            return 200, {"stopped": stopped, "fault": fault}
-        except FaultUnsupported as exc:
-            return 409, {"error": str(exc), "unsupported": exc.fault}
-        except ConfigError as exc:
-            return 400, {"error": str(exc)}
+
+class ChaosMountWSGI(_Hook):
+    """A WSGI ``app`` (Flask, Django, gunicorn) behind the chaos hook.
+
+    There is no event loop to block, so ``event_loop_block`` runs only through a
+    hook; ``slow_dependency`` holds the request's worker thread, as a blocking
+    client call to a slow upstream does.
+    """
+
+    generic = GENERIC - {"event_loop_block"}
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        *,
+        hooks: Mapping[str, FaultHook] | None = None,
+        path: str = CHAOS_PATH,
+        paths: Collection[str] | None = None,
+        gpu: Callable[[], GpuLeakTarget | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(hooks=hooks, path=path, paths=paths, gpu=gpu, environ=environ)
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", "")) or "/"
+        if self._is_hook_path(path):
+            return self._endpoint(environ, start_response)
+        if self._affects(path):
+            self._generic.before(self.faults, loop=False)
+            if delay := self._generic.dependency_delay(self.faults):
+                time.sleep(delay)
+        return self.app(environ, start_response)
+
+    def _endpoint(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        given = str(environ.get("HTTP_X_AIVITALS_TOKEN", "")).encode("latin-1")
+        method = str(environ.get("REQUEST_METHOD", "GET"))
+        if (refusal := self._gate(method, given)) is not None:
+            status, body = refusal
+        elif method == "GET":
+            status, body = 200, self.listing()
+        else:
+            status, body = self._act(_read_wsgi_body(environ))
+        data = json.dumps(body).encode()
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
+        )
+        return [data]
 
 
 def _parse(raw: bytes) -> tuple[str, str, dict[str, Any]]:
@@ -612,6 +693,18 @@ def _parse(raw: bytes) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(params, dict):
         raise ConfigError(f"params={params!r}: expected an object")
     return fault, action, params
+
+
+def _read_wsgi_body(environ: dict[str, Any]) -> bytes | None:
+    """The request body, or None past ``_MAX_BODY`` (read to Content-Length at most)."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > _MAX_BODY:
+        return None
+    stream = environ.get("wsgi.input")
+    return bytes(stream.read(length)) if stream is not None and length > 0 else b""
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -666,3 +759,23 @@ def mount(
         app = aivitals.instrument(aivitals.protect.protect(app))
     """
     return ChaosMount(app, hooks=hooks, path=path, paths=paths, gpu=gpu, environ=environ)
+
+
+def mount_wsgi(
+    app: WSGIApp,
+    *,
+    hooks: Mapping[str, FaultHook] | None = None,
+    path: str = CHAOS_PATH,
+    paths: Collection[str] | None = None,
+    gpu: Callable[[], GpuLeakTarget | None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ChaosMountWSGI:
+    """``mount`` for a WSGI app: the same gate, protocol and arguments; ``event_loop_block``
+    only through a hook (a WSGI worker has no event loop).
+
+    **Usage**::
+
+        from aivitals.chaos import mount_wsgi
+        app.wsgi_app = mount_wsgi(app.wsgi_app, hooks={"cold_start": drop_models})
+    """
+    return ChaosMountWSGI(app, hooks=hooks, path=path, paths=paths, gpu=gpu, environ=environ)
