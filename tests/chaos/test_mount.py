@@ -207,6 +207,21 @@ def test_a_fault_without_a_hook_is_answered_unsupported_and_a_hook_makes_it_run(
         mount(Recorder(), hooks={"nope": lambda on, p: None})
 
 
+def test_a_hook_that_fails_answers_500_and_leaves_the_fault_off() -> None:
+    def broken(on: bool, params: dict[str, float]) -> None:
+        raise RuntimeError("the pool is not started")
+
+    mounted = mount(Recorder(), environ=ON, hooks={"worker_pool_stuck": broken})
+
+    async def body() -> httpx.Response:
+        async with client(mounted) as c:
+            return await chaos(c, "worker_pool_stuck", "start")
+
+    r = run(body)
+    assert r.status_code == 500 and "RuntimeError: the pool is not started" in r.json()["error"]
+    assert not mounted.faults.active("worker_pool_stuck")
+
+
 def test_bad_params_are_refused_with_the_bound_named() -> None:
     mounted = mount(Recorder(), environ=ON)
     cases = [

@@ -196,7 +196,14 @@ class InProcessFaults:
             timer.daemon = True
             self._timers[name] = timer
             timer.start()
-        self._notify(name, True, values)
+        try:
+            self._notify(name, True, values)
+        except BaseException:
+            # a hook that failed to start the fault leaves nothing on to revert later
+            with self._lock:
+                self._active.pop(name, None)
+                self._timers.pop(name, timer).cancel()
+            raise
         return self.describe(name) or {}
 
     def stop(self, name: str) -> bool:
@@ -551,6 +558,9 @@ class _Hook:
             return 413, {"error": f"body over {_MAX_BODY} bytes"}
         try:
             fault, action, params = _parse(raw)
+        except ConfigError as exc:
+            return 400, {"error": str(exc)}
+        try:
             if action == "start":
                 described = self.faults.start(fault, params)
                 if fault == "gpu_leak":
@@ -564,6 +574,9 @@ class _Hook:
             return 409, {"error": str(exc), "unsupported": exc.fault}
         except ConfigError as exc:
             return 400, {"error": str(exc)}
+        except Exception as exc:  # the app's hook failed: say so, and keep the service up
+            log.exception("chaos hook failed", extra={"fault": fault})
+            return 500, {"error": f"the hook for {fault!r} failed: {type(exc).__name__}: {exc}"}
 
 
 class ChaosMount(_Hook):
