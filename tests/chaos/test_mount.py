@@ -501,7 +501,10 @@ def _wsgi_app(seen: list[str]) -> Any:
 
 def test_the_wsgi_hook_has_the_same_gate_and_protocol() -> None:
     seen: list[str] = []
-    off = httpx.Client(transport=httpx.WSGITransport(app=mount_wsgi(_wsgi_app(seen), environ={})))
+    off = httpx.Client(
+        transport=httpx.WSGITransport(app=mount_wsgi(_wsgi_app(seen), environ={})),
+        base_url="http://svc",
+    )
     refused = off.post(CHAOS_PATH, json={"fault": "thread_leak", "action": "start"}, headers=HDR)
     assert refused.status_code == 403 and refused.json()["env"] == CHAOS_ENV
     mounted = mount_wsgi(_wsgi_app(seen), environ=ON, hooks={"cold_start": lambda on, p: None})

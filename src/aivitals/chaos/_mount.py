@@ -373,9 +373,15 @@ class _Generic:
             "thread_leak": self._on_thread_leak,
         }
 
-    def gpu_device(self) -> str | None:
+    def details(self, name: str) -> dict[str, Any]:
+        """What a start's answer adds for fault ``name`` (the GPU leak names its device)."""
+        extra = {"gpu_leak": self._gpu_details}.get(name)
+        return {} if extra is None else extra()
+
+    def _gpu_details(self) -> dict[str, Any]:
         target = self._gpu
-        return None if target is None else str(getattr(target, "device", type(target).__name__))
+        name = None if target is None else getattr(target, "device", type(target).__name__)
+        return {"device": None if name is None else str(name)}
 
     def before(self, faults: InProcessFaults, *, loop: bool) -> None:
         """The synchronous part, in the request's path (on the event loop when ``loop``)."""
@@ -563,8 +569,7 @@ class _Hook:
         try:
             if action == "start":
                 described = self.faults.start(fault, params)
-                if fault == "gpu_leak":
-                    described["device"] = self._generic.gpu_device()
+                described.update(self._generic.details(fault))
                 log.warning("chaos fault started", extra={"fault": fault})
                 return 200, {"started": described}
             stopped = self.faults.stop(fault)
