@@ -25,7 +25,8 @@ have to know which library sat underneath.
     ├── SignatureError              a diagnosis signature is invalid
     ├── NotifyError                 a webhook or Alertmanager could not be reached
     ├── FaultError                  a fault could not be started or reverted
-    │   └── FaultRefused            a fault or load that would leave this machine, or too long
+    │   ├── FaultRefused            a fault or load that would leave this machine, or too long
+    │   └── FaultUnsupported        the service's chaos hook has no way to run this fault
     ├── AlreadyRunning              a second exclusive run (validate, demo) was started
     └── ServiceError                the demo service or a component it starts failed
 """
@@ -44,6 +45,7 @@ __all__ = [
     "ExpositionError",
     "FaultError",
     "FaultRefused",
+    "FaultUnsupported",
     "NotifyError",
     "ParseError",
     "QueryError",
@@ -167,6 +169,19 @@ class FaultError(AivitalsError):
 
 class FaultRefused(FaultError):
     """A fault or load refused before it started (target off this machine, bad duration)."""
+
+
+class FaultUnsupported(FaultError):
+    """The service's chaos hook (``aivitals.chaos.mount``) cannot run this fault: the
+    mount has no generic implementation of it and the service passed no hook for it."""
+
+    def __init__(self, fault: str, message: str | None = None) -> None:
+        self.fault = fault
+        super().__init__(
+            message
+            or f"this service does not support fault {fault!r} (no hook): the app passes "
+            f"none to aivitals.chaos.mount(app, hooks={{{fault!r}: ...}})"
+        )
 
 
 class AlreadyRunning(AivitalsError):

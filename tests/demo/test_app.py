@@ -184,12 +184,14 @@ def test_deadline_aborts_the_generation(demo_models: DemoModels) -> None:
     run(body)
 
 
-def test_chaos_endpoint_absent_without_token(demo_models: DemoModels) -> None:
+def test_chaos_hook_refuses_without_token(demo_models: DemoModels) -> None:
     async def body() -> None:
         async with client_for(make_app(demo_models)) as c:
             r = await c.post("/_aivitals/chaos", json={"fault": "gpu_leak", "action": "start"})
             g = await c.get("/_aivitals/chaos")
-        assert r.status_code == 404 and g.status_code == 404
+        # the demo mounts the same hook as any service: off, it answers 403 naming the variable
+        assert r.status_code == 403 and g.status_code == 403
+        assert g.json()["env"] == "AIVITALS_CHAOS_TOKEN"
 
     run(body)
 

@@ -11,6 +11,9 @@ cleaned by ``aivitals chaos cleanup`` or the next run. A fault that replaces a
 process someone else started (``redis_down`` ``method=1``) hands the new one to
 that owner (``FaultContext.owner``), or is refused.
 
+Faults that must happen inside a service run through the hook the service mounts,
+``mount(app)`` (off unless ``AIVITALS_CHAOS_TOKEN`` is set in its environment).
+
 **Usage**::
 
     from aivitals.chaos import ChaosRunner, FaultContext
@@ -23,6 +26,19 @@ from __future__ import annotations
 
 from ._fault import DEFAULT_MAX_DURATION, Fault, FaultContext, FaultEffect, Param, Touch
 from ._journal import CleanupReport, Journal, Replacement, RunDir, cleanup, default_root, replay
+from ._mount import (
+    CHAOS_ENV,
+    CHAOS_PATH,
+    IN_PROCESS_FAULTS,
+    ChaosMount,
+    ChaosMountWSGI,
+    FaultHook,
+    GpuLeakTarget,
+    InProcessFaults,
+    InProcessFaultSpec,
+    mount,
+    mount_wsgi,
+)
 from ._net import FAULT_NETNS_GLOB
 from ._procs import RUN_ENV, kill_tree, same_process, start_time
 from ._redis import keeps_title
@@ -44,21 +60,30 @@ from ._spec import (
 from ._table import FaultInfo
 
 __all__ = [
+    "CHAOS_ENV",
+    "CHAOS_PATH",
     "DEFAULT_MAX_DURATION",
     "FAULTS",
     "FAULT_NETNS_GLOB",
     "FAULT_SPECS",
     "FAULT_TABLE",
+    "IN_PROCESS_FAULTS",
     "RUN_ENV",
     "ActiveFault",
+    "ChaosMount",
+    "ChaosMountWSGI",
     "ChaosRunner",
     "CleanupReport",
     "Fault",
     "FaultContext",
     "FaultEffect",
+    "FaultHook",
     "FaultInfo",
     "FaultSpec",
+    "GpuLeakTarget",
     "Grading",
+    "InProcessFaultSpec",
+    "InProcessFaults",
     "Journal",
     "Knob",
     "Measured",
@@ -79,6 +104,8 @@ __all__ = [
     "interrupt_on_signals",
     "keeps_title",
     "kill_tree",
+    "mount",
+    "mount_wsgi",
     "replay",
     "same_process",
     "start_time",

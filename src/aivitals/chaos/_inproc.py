@@ -1,8 +1,10 @@
-"""Faults that happen inside the service, through its ``/_aivitals/chaos`` endpoint.
+"""Faults that happen inside the service, through the chaos hook it mounts.
 
-The service must run with ``AIVITALS_CHAOS_TOKEN``; the token goes in the
-``X-Aivitals-Token`` header. The service bounds each fault itself too: it is
-asked for the fault's duration plus a short grace.
+The service wraps its app with ``aivitals.chaos.mount`` (``_mount``) and runs with
+``AIVITALS_CHAOS_TOKEN`` set; the token goes in the ``X-Aivitals-Token`` header.
+The service bounds each fault itself too: it is asked for the fault's duration
+plus a short grace. A fault the service has no hook for is refused with
+``FaultUnsupported``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from ..errors import ConfigError, FaultError
+from ..errors import ConfigError, FaultError, FaultUnsupported
 from ._fault import Fault, FaultContext, FaultEffect, Touch
+from ._mount import CHAOS_ENV, CHAOS_PATH
 from ._spec import (
     MIB,
     FaultSpec,
@@ -35,8 +38,6 @@ if TYPE_CHECKING:
     from ..alerts import PackParams
 
 __all__ = ["CHAOS_PATH", "InProcessFault"]
-
-CHAOS_PATH = "/_aivitals/chaos"
 
 
 class InProcessFault(Fault):
@@ -66,14 +67,44 @@ class InProcessFault(Fault):
             raise FaultError(f"fault {self.name!r}: service at {url} unreachable: {exc}") from exc
         if r.status_code == 404:
             raise FaultError(
-                f"fault {self.name!r}: {url} not found; start the service with "
-                "AIVITALS_CHAOS_TOKEN set"
+                f"fault {self.name!r}: {url} not found: mount the chaos hook in the service "
+                f"(app = aivitals.chaos.mount(app)) and start it with {CHAOS_ENV} set"
+            )
+        if r.status_code == 403:
+            raise FaultError(f"fault {self.name!r}: {_refusal(r)}")
+        if r.status_code == 409:
+            raise FaultUnsupported(
+                self.remote,
+                f"fault {self.name!r}: the service at {url} does not support "
+                f"{self.remote!r} (no hook): {_error_text(r)}",
             )
         if r.status_code in (400, 422):
             raise ConfigError(f"fault {self.name!r}: the service refused the params: {r.text}")
         if r.status_code != 200:
             raise FaultError(f"fault {self.name!r}: HTTP {r.status_code} from {url}: {r.text}")
         return FaultEffect(client_url=ctx.target, details={"service": r.json()})
+
+
+def _error_text(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return r.text
+    return str(body.get("error", r.text)) if isinstance(body, dict) else r.text
+
+
+def _refusal(r: httpx.Response) -> str:
+    """Why a 403: the hook is off (the service lacks the variable) or the token is wrong."""
+    try:
+        off = isinstance(body := r.json(), dict) and body.get("env") == CHAOS_ENV
+    except ValueError:
+        off = False
+    if off:
+        return f"the service's chaos hook is off: start the service with {CHAOS_ENV} set"
+    return (
+        f"the service refused the token: pass the {CHAOS_ENV} the service runs with "
+        f"(--token): {_error_text(r)}"
+    )
 
 
 def _inproc(name: str, remote: str, spec: FaultSpec) -> type[InProcessFault]:

@@ -3,8 +3,9 @@
 Embeddings from the packaged all-MiniLM-L6-v2 (real weights), streaming
 completions from a GPT-2-shaped model with RANDOM weights (real compute and KV
 cache, meaningless text), a Redis response cache, a bounded worker pool, GPU
-accounting on the simulated device when there is no GPU, and an in-process
-chaos endpoint for faults that must happen inside the process.
+accounting on the simulated device when there is no GPU, and the chaos hook any
+service can mount (``aivitals.chaos.mount``), with the demo's hooks for the faults
+that need its pool and models.
 
 **Usage**::
 
@@ -14,9 +15,10 @@ chaos endpoint for faults that must happen inside the process.
 
 from __future__ import annotations
 
-from ._app import CHAOS_PATH, RELOAD_PATH, create_app
+# the chaos hook's path and fault table, re-exported: the demo serves them unchanged
+from ..chaos import CHAOS_PATH, IN_PROCESS_FAULTS
+from ._app import RELOAD_PATH, create_app
 from ._config import LM_MODEL_NAME, DemoConfig
-from ._faults import FAULTS as IN_PROCESS_FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError

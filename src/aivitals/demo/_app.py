@@ -1,4 +1,5 @@
-"""The demo service's HTTP surface (FastAPI): embeddings, streaming completions, chaos."""
+"""The demo service's HTTP surface (FastAPI): embeddings, streaming completions, and the
+chaos hook every service can mount (``aivitals.chaos.mount``) with the demo's hooks."""
 
 from __future__ import annotations
 
@@ -19,19 +20,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from .. import signals
+from ..chaos import CHAOS_ENV, CHAOS_PATH, mount
 from ..errors import ConfigError
 from ..instrument import REQUEST_STATE, InferenceAborted, abort_request, current_request_id
 from ..instrument import instrument as instrument_app
 from ..protect import AdmissionConfig, GuardConfig, HealthConfig, Protected, protect
 from ._cache import cache_key
 from ._config import LM_MODEL_NAME, DemoConfig
-from ._faults import FAULTS
 from ._models import EMBED_MODEL_NAME, DemoModels, GenerationResult
 from ._service import DemoService, QueueFullError, WorkHandle
 
-__all__ = ["CHAOS_PATH", "DemoApp", "create_app"]
+__all__ = ["DemoApp", "create_app"]
 
-CHAOS_PATH = "/_aivitals/chaos"
 #: POST: a planned model reload, warm (``DemoService.reload_models``); same token as chaos
 RELOAD_PATH = "/_aivitals/reload"
 log = logging.getLogger("aivitals.demo")
@@ -48,12 +48,6 @@ class CompletionRequest(BaseModel):
     stream: bool = False
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     model: str | None = None
-
-
-class ChaosRequest(BaseModel):
-    fault: str
-    action: str
-    params: dict[str, Any] = Field(default_factory=dict)
 
 
 def error_response(code: signals.ErrorCode, message: str, **headers: str) -> JSONResponse:
@@ -85,8 +79,9 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
 
     From the outside in: ``aivitals.instrument`` (metrics, request id, JSON
     lifecycle logs, ``/metrics``), ``aivitals.protect`` (health endpoints,
-    admission control with 429, the input guard, deadlines that abort), then
-    the routes.
+    admission control with 429, the input guard, deadlines that abort), the chaos
+    hook (``aivitals.chaos.mount``, on with ``chaos_token``; its per-request faults
+    on the model routes only), then the routes.
 
     **Usage**::
 
@@ -109,9 +104,20 @@ def create_app(config: DemoConfig | None = None, *, models: DemoModels | None = 
     app.add_exception_handler(RequestValidationError, _schema_error)
     _add_model_routes(app, service)
     if cfg.chaos_token:
-        _add_chaos_routes(app, service, cfg.chaos_token)
-    protected = protect(
+        _add_reload_route(app, service, cfg.chaos_token)
+    # inside protect and instrument: a fault's delay counts in the request's latency
+    # and deadline as the app's own work would; the per-request faults act on the model
+    # routes, as a real handler's slow code would, never on /metrics or the probes
+    chaos = mount(
         app,
+        hooks=service.chaos_hooks(),
+        paths=("/v1/embeddings", "/v1/completions"),
+        gpu=lambda: service.gpu,
+        environ={CHAOS_ENV: cfg.chaos_token} if cfg.chaos_token else {},
+    )
+    service.faults = chaos.faults
+    protected = protect(
+        chaos,
         guard=GuardConfig(
             max_body_bytes=cfg.max_body_bytes,
             json=True,
@@ -173,8 +179,6 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Response:
-        service.on_request()
-        await service.call_dependencies()
         texts = [body.input] if isinstance(body.input, str) else list(body.input)
         if not texts or len(texts) > cfg.max_batch:
             return error_response(
@@ -201,8 +205,6 @@ def _add_model_routes(app: FastAPI, service: DemoService) -> None:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Response:
-        service.on_request()
-        await service.call_dependencies()
         max_tokens = body.max_tokens or cfg.default_max_tokens
         if max_tokens > cfg.max_new_tokens:
             return error_response(
@@ -398,39 +400,10 @@ def _note_error(code: signals.ErrorCode) -> None:
         state.error_code = str(code)
 
 
-def _add_chaos_routes(app: FastAPI, service: DemoService, token: str) -> None:
+def _add_reload_route(app: FastAPI, service: DemoService, token: str) -> None:
     def authorised(request: Request) -> bool:
         given = request.headers.get("x-aivitals-token", "")
         return hmac.compare_digest(given.encode(), token.encode())
-
-    @app.get(CHAOS_PATH, include_in_schema=False)
-    async def chaos_list(request: Request) -> Response:
-        if not authorised(request):
-            return JSONResponse({"error": "bad or missing X-Aivitals-Token"}, status_code=403)
-        return JSONResponse(
-            {
-                "active": service.faults.listing(),
-                "available": {n: s.help for n, s in FAULTS.items()},
-            }
-        )
-
-    @app.post(CHAOS_PATH, include_in_schema=False)
-    async def chaos(body: ChaosRequest, request: Request) -> Response:
-        if not authorised(request):
-            return JSONResponse({"error": "bad or missing X-Aivitals-Token"}, status_code=403)
-        try:
-            if body.action == "start":
-                described = await asyncio.to_thread(service.faults.start, body.fault, body.params)
-                log.warning("chaos fault started", extra={"fault": body.fault})
-                return JSONResponse({"started": described})
-            if body.action == "stop":
-                stopped = await asyncio.to_thread(service.faults.stop, body.fault)
-                log.warning("chaos fault stopped", extra={"fault": body.fault})
-                return JSONResponse({"stopped": stopped, "fault": body.fault})
-        except ConfigError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        msg = f"action={body.action!r}: expected start or stop"
-        return JSONResponse({"error": msg}, status_code=400)
 
     @app.post(RELOAD_PATH, include_in_schema=False)
     async def reload(request: Request) -> Response:

@@ -7,12 +7,11 @@ import concurrent.futures
 import contextvars
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -20,16 +19,16 @@ from ..errors import ServiceError
 from ..instrument import InstrumentedExecutor, PoolSaturated, inference, model_load
 from ._cache import ResponseCache, make_cache
 from ._config import LM_MODEL_ID, DemoConfig
-from ._faults import MAX_DURATION as MAX_FAULT_SECONDS
-from ._faults import InProcessFaults
 from ._gpu import GpuAccount, make_gpu_account
 from ._models import EMBED_MODEL_NAME, DemoModels, GenerationResult
+
+if TYPE_CHECKING:
+    from ..chaos import FaultHook, InProcessFaults
 
 __all__ = ["DemoService", "QueueFullError", "WorkHandle"]
 
 T = TypeVar("T")
 log = logging.getLogger("aivitals.demo")
-_MIB = 2**20
 
 
 class QueueFullError(ServiceError):
@@ -73,22 +72,11 @@ class DemoService:
         self._embed_pool: InstrumentedExecutor | None = None
         self._stuck = threading.Event()
         self._stuck.set()
-        self._leak: list[bytearray] = []
-        self._leak_lock = threading.Lock()
-        # thread_leak: the leaked threads park on this event; setting it ends them all
-        self._leaked_threads: list[threading.Thread] = []
-        self._thread_release = threading.Event()
-        self._dependency_rng = random.Random()
-        self.faults = InProcessFaults(
-            on_change={
-                "worker_pool_stuck": self._on_pool_stuck,
-                "cold_start": self._on_cold_start,
-                "slow_inference": self._on_slow,
-                "gpu_leak": self._on_gpu_leak,
-                "process_memory_leak": self._on_memory_leak,
-                "thread_leak": self._on_thread_leak,
-            }
-        )
+        # what the app-specific faults set through their chaos hooks (``chaos_hooks``)
+        self._slow_factor = 1.0
+        self._aborts_on_timeout = True
+        #: the chaos hook's registry (``aivitals.chaos.mount``), set by ``create_app``
+        self.faults: InProcessFaults | None = None
         self.ready = False
         self.warmup_seconds: float | None = None
 
@@ -128,7 +116,8 @@ class DemoService:
 
     def close(self) -> None:
         self.ready = False
-        self.faults.stop_all()
+        if self.faults is not None:
+            self.faults.stop_all()
         self._stuck.set()
         for pool in (self._pool, self._embed_pool):
             if pool is not None:
@@ -314,7 +303,7 @@ class DemoService:
             if busy_pending[0] > 0.05:  # book busy time in slices so utilization follows
                 gpu.busy(busy_pending[0] / self.config.sim_gpu_speedup)
                 busy_pending[0] = 0.0
-            factor = max(self.faults.param("slow_inference", "factor") or 1.0, gpu.slowdown())
+            factor = max(self._slow_factor, gpu.slowdown())
             return spent * (factor - 1.0)
 
         try:
@@ -335,49 +324,21 @@ class DemoService:
             raise ServiceError("the demo service was not started")
         return self.gpu
 
-    # --- per-request fault effects (on the event loop) -----------------------------------
-    def on_request(self) -> None:
-        seconds = self.faults.param("event_loop_block", "seconds")
-        if seconds:
-            time.sleep(seconds)  # the fault: sync work on the event loop
-        mib = self.faults.param("process_memory_leak", "mib_per_request")
-        if mib:
-            self._grow_leak(mib)
-        gpu_mib = self.faults.param("gpu_leak", "mib_per_request")
-        if gpu_mib and self.gpu is not None:
-            try:
-                self.gpu.leak(int(gpu_mib * _MIB))
-            except Exception as exc:  # the leak filled the device: that is the fault's end state
-                log.warning("gpu leak allocation failed: %s", exc)
-        threads = self.faults.param("thread_leak", "per_request")
-        if threads:
-            self._leak_threads(int(threads))
-
-    async def call_dependencies(self) -> None:
-        """The calls a request makes before its model work (none unless a fault adds one).
-
-        ``slow_dependency``: an awaited call to an upstream (a moderation or
-        feature-store API, say) that answers slowly. It is awaited, not slept on
-        the loop: other requests go on meanwhile, each request just takes longer.
-        """
-        seconds = self.faults.param("slow_dependency", "seconds")
-        if seconds:
-            await asyncio.sleep(seconds * self._dependency_rng.uniform(0.75, 1.25))
-
     @property
     def aborts_on_timeout(self) -> bool:
-        return not self.faults.active("no_abort_timeouts")
-
-    def _grow_leak(self, mib: float) -> None:
-        cap = (self.faults.param("process_memory_leak", "max_mib") or 0) * _MIB
-        with self._leak_lock:
-            if sum(len(b) for b in self._leak) + mib * _MIB > cap:
-                return
-            chunk = bytearray(int(mib * _MIB))
-            chunk[::4096] = b"\x01" * len(chunk[::4096])  # touch every page so RSS grows
-            self._leak.append(chunk)
+        return self._aborts_on_timeout
 
     # --- fault hooks -------------------------------------------------------------------------
+    def chaos_hooks(self) -> dict[str, FaultHook]:
+        """The faults only the demo's own parts can do, for ``aivitals.chaos.mount``; the
+        mount does the generic ones (loop block, slow dependency, leaks) by itself."""
+        return {
+            "worker_pool_stuck": self._on_pool_stuck,
+            "cold_start": self._on_cold_start,
+            "slow_inference": self._on_slow,
+            "no_abort_timeouts": self._on_no_abort,
+        }
+
     def _on_pool_stuck(self, on: bool, params: dict[str, float]) -> None:
         if not on:
             self._stuck.set()
@@ -401,40 +362,10 @@ class DemoService:
             os.sched_yield()
 
     def _on_slow(self, on: bool, params: dict[str, float]) -> None:
+        self._slow_factor = params["factor"] if on else 1.0
         if self.gpu is not None:
-            self.gpu.set_slowdown(params["factor"] if on else 1.0)
+            self.gpu.set_slowdown(self._slow_factor)
 
-    def _on_gpu_leak(self, on: bool, params: dict[str, float]) -> None:
-        if not on and self.gpu is not None:
-            self.gpu.clear_leak()
-
-    def _leak_threads(self, count: int) -> None:
-        cap = int(self.faults.param("thread_leak", "max_threads") or 0)
-        with self._leak_lock:
-            self._leaked_threads = [t for t in self._leaked_threads if t.is_alive()]
-            for _ in range(max(0, min(count, cap - len(self._leaked_threads)))):
-                # the leak: a worker started per request that waits for a signal never sent
-                # (bounded by the fault's cap; the revert sends it)
-                t = threading.Thread(
-                    target=self._thread_release.wait,
-                    args=(MAX_FAULT_SECONDS,),
-                    name="aivitals-demo-leaked",
-                    daemon=True,
-                )
-                t.start()
-                self._leaked_threads.append(t)
-
-    def _on_thread_leak(self, on: bool, params: dict[str, float]) -> None:
-        if on:
-            self._thread_release.clear()
-            return
-        self._thread_release.set()
-        with self._leak_lock:
-            threads, self._leaked_threads = self._leaked_threads, []
-        for t in threads:
-            t.join(timeout=1.0)
-
-    def _on_memory_leak(self, on: bool, params: dict[str, float]) -> None:
-        if not on:
-            with self._leak_lock:
-                self._leak.clear()
+    def _on_no_abort(self, on: bool, params: dict[str, float]) -> None:
+        # a passed deadline still cancels the await; the model loop is no longer told
+        self._aborts_on_timeout = not on

@@ -2,7 +2,7 @@
 
 ``python -m aivitals.demo.serve --port 8000 [--redis-port 6379] [--sim-gpu-dir DIR]``
 
-The chaos endpoint exists only when ``AIVITALS_CHAOS_TOKEN`` is set.
+The chaos hook (``aivitals.chaos.mount``) is on only when ``AIVITALS_CHAOS_TOKEN`` is set.
 """
 
 from __future__ import annotations
