@@ -105,10 +105,11 @@ def test_report_lines_and_json(tmp_path: Path) -> None:
     data = json.loads(r.write(tmp_path / "r.json").read_text())
     assert data["passed"] is False
     assert data["scenarios"][1]["skipped"] == "needs root"
+    assert data["not_tested"] == [{"case": "network_loss", "reason": "needs root"}]
     assert "0/1 scenarios passed" in data["summary"]
     md = r.to_markdown()
     assert "| `gpu_oom` | model | FAIL | 1 |  |" in md
-    assert "[fail] X did not fire" in md and "skipped: needs root" in md
+    assert "[fail] X did not fire" in md and "not tested: needs root" in md
     assert "Model SLA" not in md  # no stack ran: nothing to say
     r.environment["sla_seconds"] = 0.595
     r.environment["sla_calibration"] = {
