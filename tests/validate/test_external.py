@@ -176,14 +176,14 @@ class _Handler(BaseHTTPRequestHandler):
     """/ok answers 200, /bad 500 with a two-line body, /metrics 200 (or 404 on the
     server marked so)."""
 
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path == "/ok":
             self._answer(200, b'{"ok": true}')
         else:
             self._answer(500, b"model exploded: CUDA error\nTraceback (most recent call last)")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         missing = getattr(self.server, "no_metrics", False)
         self._answer(404 if missing else 200, b"not here" if missing else b"up 1\n")
 
@@ -228,7 +228,7 @@ def test_a_port_no_local_process_owns_is_refused() -> None:
 def test_a_target_that_does_not_answer_is_refused() -> None:
     # the process is named (--pid), but nothing answers on the port
     options = _options(url=f"http://127.0.0.1:{free_port()}", pid=os.getpid())
-    with pytest.raises(ConfigError, match="got no answer.*is the service running"):
+    with pytest.raises(ConfigError, match=r"got no answer.*is the service running"):
         ExternalTarget(options).check()
 
 
