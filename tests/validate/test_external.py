@@ -406,7 +406,7 @@ def test_validate_target_runs_an_outside_fault_on_the_wsgi_service(tmp_path: Pat
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TMPDIR": str(tmp_path)}
         env["AIVITALS_CHAOS_DIR"] = str(tmp_path / "chaos")
         env.pop("AIVITALS_CHAOS_TOKEN", None)
-        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=200)
+        run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=165)
         assert proc.poll() is None, "the run stopped the user's service"
     finally:
         try:
@@ -434,3 +434,56 @@ def test_validate_target_runs_an_outside_fault_on_the_wsgi_service(tmp_path: Pat
     suite = ET.fromstring(out["xml"].read_text())
     assert [c.get("name") for c in suite.iter("testcase")] == ["cpu_burn"]
     assert "Faults that cannot apply to this target" in out["md"].read_text()
+
+
+# -- a run that stops early ---------------------------------------------------------------
+def test_a_target_that_dies_fails_its_case_and_the_rest_are_not_run(
+    server: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aivitals.chaos
+    from aivitals.validate import _runner
+    from aivitals.validate._cases import case
+    from tests.validate.test_units import _FakeRunner
+
+    def dies(*args: object) -> None:
+        raise RuntimeError("connection refused: the service is gone")
+
+    monkeypatch.setattr(aivitals.chaos, "ChaosRunner", _FakeRunner)
+    monkeypatch.setattr(_runner, "_scenario", dies)
+    target = ExternalTarget(_options(url=_url(server))).start()
+    monkeypatch.setattr(target.service, "alive", lambda: False)
+    monkeypatch.setattr(target, "fault_context", lambda: None)
+    config = ValidateConfig(quick=True, target=_options(url=_url(server)))
+    report = Report(quick=True)
+    lines: list[str] = []
+    cases = [case("cpu_burn"), case("traffic_surge"), case("gpu_oom")]
+    _runner._run_all(target, cases, config, report, lines.append)
+    first, *rest = report.scenarios
+    assert first.fault == "cpu_burn" and not first.passed and first.error is not None
+    assert [s.fault for s in rest] == ["traffic_surge", "gpu_oom"]
+    assert all(s.skipped and "does not restart a service" in s.skipped for s in rest)
+    assert not report.passed  # the case that ran failed
+
+
+def test_ctrl_c_after_the_check_stops_the_agent_and_leaves_the_service(
+    server: ThreadingHTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aivitals.validate import _runner, run_validate
+
+    stopped: list[bool] = []
+
+    def pressed(*args: object, **kw: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_runner, "start_calibrated_agent", pressed)
+    monkeypatch.setattr(ExternalTarget, "stop", lambda self: stopped.append(True))
+    config = ValidateConfig(
+        quick=True,
+        scenarios=("cpu_burn",),
+        target=_options(url=_url(server)),
+        lock_path=tmp_path / "v.lock",
+    )
+    report = run_validate(config, echo=lambda line: None)
+    assert report.interrupted and not report.passed and stopped == [True]
+    # the user's service still answers: the run never stops what it did not start
+    assert httpx.post(_url(server) + "/ok", content=b"{}", timeout=5).status_code == 200

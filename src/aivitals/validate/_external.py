@@ -57,6 +57,8 @@ __all__ = [
 
 #: The job label of the target's scraped series in the embedded agent.
 TARGET_JOB = "target"
+#: The blackbox probe's name: the service as its clients see it (the demo's name too).
+PROBE_NAME = "client"
 #: The prompt of the request ``check`` sends: plain words any model takes.
 CHECK_PROMPT = "aivitals validate checks that the service answers"
 
@@ -337,7 +339,8 @@ class ExternalService:
         """Its process (the same one, not a recycled pid) is still there."""
         try:
             p = psutil.Process(self.pid)
-            return p.create_time() == self._started and p.status() != psutil.STATUS_ZOMBIE
+            same = abs(p.create_time() - self._started) < 0.5
+            return same and p.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
 
@@ -466,7 +469,6 @@ class ExternalTarget:
     def _agent_config(self) -> Any:
         from ..agent import AgentConfig, ScrapeTarget
         from ..chaos import FAULT_NETNS_GLOB
-        from ..demo._stack import PROBE_TARGET
 
         tick = self.config.tick
         o = self.options
@@ -484,7 +486,7 @@ class ExternalTarget:
             retention=3 * 3600.0,
             # the callers' view: a GET every service answers (its metrics), sent the way
             # the drill's clients come in (through a network fault's proxy while one runs)
-            probes={PROBE_TARGET: o.base + o.metrics_path},
+            probes={PROBE_NAME: o.base + o.metrics_path},
             netns=(FAULT_NETNS_GLOB,) if os.geteuid() == 0 else (),
         )
 
@@ -521,14 +523,13 @@ class ExternalTarget:
     # -- what runs on it -------------------------------------------------------------------
     def probe_via(self, base_url: str | None) -> None:
         from ..collect import HTTPProbeCollector
-        from ..demo._stack import PROBE_TARGET
 
         if self.agent is None:
             return
         url = (base_url or self.options.base).rstrip("/") + self.options.metrics_path
         for collector in self.agent.collectors:
             if isinstance(collector, HTTPProbeCollector):
-                collector.retarget(PROBE_TARGET, url)
+                collector.retarget(PROBE_NAME, url)
 
     def fault_context(self, **extra: Any) -> FaultContext:
         """The target URL and pid, the user's dependency as the port a dependency fault
