@@ -407,6 +407,7 @@ def test_validate_target_runs_an_outside_fault_on_the_wsgi_service(tmp_path: Pat
         env["AIVITALS_CHAOS_DIR"] = str(tmp_path / "chaos")
         env.pop("AIVITALS_CHAOS_TOKEN", None)
         run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=165)
+        (tmp_path / "validate.out").write_text(run.stdout + run.stderr)  # kept for a miss
         assert proc.poll() is None, "the run stopped the user's service"
     finally:
         try:
