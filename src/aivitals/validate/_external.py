@@ -233,7 +233,11 @@ def owner_of_port(port: int) -> int:
             f"cannot list the sockets of this host to find who listens on port {port} "
             f"({exc}); give --pid"
         ) from exc
-    listening = [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    listening = [
+        c
+        for c in conns
+        if c.status == psutil.CONN_LISTEN and getattr(c.laddr, "port", None) == port
+    ]
     pids = {c.pid for c in listening if c.pid}
     if not pids:
         if listening:
