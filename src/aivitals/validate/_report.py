@@ -93,7 +93,7 @@ class Report:
             cut = f"; interrupted after {len(self.scenarios)}{of} cases"
         return (
             f"{ok}/{len(ran)} scenarios passed, {failed} of {len(checks)} checks failed, "
-            f"{skipped} skipped, {took:.0f} s{cut}"
+            f"{skipped} not tested, {took:.0f} s{cut}"
         )
 
     @property
