@@ -220,6 +220,17 @@ def test_the_process_is_found_from_its_listening_port(server: ThreadingHTTPServe
     target.stop()
 
 
+def test_the_owner_is_the_eldest_holder_of_the_socket(server: ThreadingHTTPServer) -> None:
+    # a child holding the listening socket, as a pre-forked worker does: the host's socket
+    # table may name either process, the owner is the parent
+    child = subprocess.Popen(["sleep", "30"], pass_fds=[server.fileno()])
+    try:
+        assert owner_of_port(int(server.server_address[1])) == os.getpid()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_port_no_local_process_owns_is_refused() -> None:
     with pytest.raises(ConfigError, match="no process on this host listens on port"):
         ExternalTarget(_options(url=f"http://127.0.0.1:{free_port()}")).check()
@@ -444,12 +455,29 @@ def test_a_target_that_dies_fails_its_case_and_the_rest_are_not_run(
     import aivitals.chaos
     from aivitals.validate import _runner
     from aivitals.validate._cases import case
-    from tests.validate.test_units import _FakeRunner
+
+    reverted: list[bool] = []
+
+    class _Runner:
+        run = None
+
+        def __init__(self, ctx: object, **kw: object) -> None:
+            pass
+
+        def __enter__(self) -> _Runner:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def stop_all(self) -> list[str]:
+            reverted.append(True)
+            return []
 
     def dies(*args: object) -> None:
         raise RuntimeError("connection refused: the service is gone")
 
-    monkeypatch.setattr(aivitals.chaos, "ChaosRunner", _FakeRunner)
+    monkeypatch.setattr(aivitals.chaos, "ChaosRunner", _Runner)
     monkeypatch.setattr(_runner, "_scenario", dies)
     target = ExternalTarget(_options(url=_url(server))).start()
     monkeypatch.setattr(target.service, "alive", lambda: False)
@@ -461,6 +489,7 @@ def test_a_target_that_dies_fails_its_case_and_the_rest_are_not_run(
     _runner._run_all(target, cases, config, report, lines.append)
     first, *rest = report.scenarios
     assert first.fault == "cpu_burn" and not first.passed and first.error is not None
+    assert reverted == [True]  # its fault was reverted, the next never started
     assert [s.fault for s in rest] == ["traffic_surge", "gpu_oom"]
     assert all(s.skipped and "does not restart a service" in s.skipped for s in rest)
     assert not report.passed  # the case that ran failed

@@ -552,6 +552,8 @@ def test_impact_fails_only_for_a_fault_that_must_hurt_clients() -> None:
             self.e2e, self.sent, self.failed = E2E(p99), 20, 0
 
     class Phase:
+        main = "completions"
+
         def __init__(self, p99: float) -> None:
             self.reports, self.errors = {"completions": R(p99)}, []
 

@@ -222,10 +222,21 @@ def external_params(fault: str) -> dict[str, Any]:
     return {"redis_down": {"method": 0}, "gpu_cotenant": {"real": 1}}.get(fault, {})
 
 
+def _listens(conns: Sequence[Any], port: int) -> bool:
+    return any(
+        c.status == psutil.CONN_LISTEN and getattr(c.laddr, "port", None) == port for c in conns
+    )
+
+
 def owner_of_port(port: int) -> int:
     """The process that owns the listening TCP ``port``: of the processes holding the
-    socket (a pre-forking server's master and its workers), the one whose parent is not
-    among them. ``ConfigError`` when no local process listens there."""
+    socket (a pre-forking server's master and its workers), the eldest, whose parent
+    does not hold it. ``ConfigError`` when no local process listens there.
+
+    The host's socket table names one holder per socket, whichever it met last (a
+    gunicorn worker as often as its master), so the owner is found by climbing from it
+    through the parents that hold the same port.
+    """
     try:
         conns = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied as exc:
@@ -233,12 +244,8 @@ def owner_of_port(port: int) -> int:
             f"cannot list the sockets of this host to find who listens on port {port} "
             f"({exc}); give --pid"
         ) from exc
-    listening = [
-        c
-        for c in conns
-        if c.status == psutil.CONN_LISTEN and getattr(c.laddr, "port", None) == port
-    ]
-    pids = {c.pid for c in listening if c.pid}
+    listening = [c for c in conns if _listens([c], port)]
+    pids = sorted({c.pid for c in listening if c.pid})
     if not pids:
         if listening:
             raise ConfigError(
@@ -249,15 +256,17 @@ def owner_of_port(port: int) -> int:
             f"no process on this host listens on port {port}: validate --target needs the "
             "service running here (its process is where host faults and the agent act)"
         )
-    roots = []
-    for pid in sorted(pids):
+    owner = pids[0]
+    while True:
         try:
-            parent = psutil.Process(pid).ppid()
+            parent = psutil.Process(owner).parent()
+            if parent is None or parent.pid <= 1:
+                return owner
+            if not _listens(parent.net_connections("tcp"), port):
+                return owner
         except psutil.Error:
-            continue
-        if parent not in pids:
-            roots.append(pid)
-    return min(roots or pids)
+            return owner
+        owner = parent.pid
 
 
 def _first_line(text: str) -> str:
