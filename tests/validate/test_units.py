@@ -105,10 +105,11 @@ def test_report_lines_and_json(tmp_path: Path) -> None:
     data = json.loads(r.write(tmp_path / "r.json").read_text())
     assert data["passed"] is False
     assert data["scenarios"][1]["skipped"] == "needs root"
+    assert data["not_tested"] == [{"case": "network_loss", "reason": "needs root"}]
     assert "0/1 scenarios passed" in data["summary"]
     md = r.to_markdown()
     assert "| `gpu_oom` | model | FAIL | 1 |  |" in md
-    assert "[fail] X did not fire" in md and "skipped: needs root" in md
+    assert "[fail] X did not fire" in md and "not tested: needs root" in md
     assert "Model SLA" not in md  # no stack ran: nothing to say
     r.environment["sla_seconds"] = 0.595
     r.environment["sla_calibration"] = {
@@ -551,6 +552,8 @@ def test_impact_fails_only_for_a_fault_that_must_hurt_clients() -> None:
             self.e2e, self.sent, self.failed = E2E(p99), 20, 0
 
     class Phase:
+        main = "completions"
+
         def __init__(self, p99: float) -> None:
             self.reports, self.errors = {"completions": R(p99)}, []
 

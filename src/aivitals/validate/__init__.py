@@ -12,12 +12,20 @@ the revert. One line per check, a JSON report, a non-zero exit on any failure.
     from aivitals.validate import ValidateConfig, run_validate
     report = run_validate(ValidateConfig(quick=True, scenarios=("gpu_memory_leak",)))
     report.passed
+
+Against a service that already runs (``aivitals validate --target URL``)::
+
+    from aivitals.load import RequestTemplate
+    target = ExternalOptions(url="http://127.0.0.1:8300",
+                             request=RequestTemplate.load("request.json"))
+    report = run_validate(ValidateConfig(quick=True, target=target))
 """
 
 from __future__ import annotations
 
 from ._cases import PAIRS, Case
 from ._config import ValidateConfig
+from ._external import ExternalOptions, ExternalTarget, why_not
 from ._lock import RunLock, default_lock_path
 from ._record import Recording, load_recordings, save_recording
 from ._replay import Replay, ReplayedPoll, count_flips, replay, replayable
@@ -44,6 +52,8 @@ __all__ = [
     "SEVERITIES",
     "Case",
     "Check",
+    "ExternalOptions",
+    "ExternalTarget",
     "Recording",
     "Replay",
     "ReplayedPoll",
@@ -75,4 +85,5 @@ __all__ = [
     "severity_params",
     "severity_table",
     "summarize_sweep",
+    "why_not",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ..load import OPENAI_KINDS
 
 __all__ = ["validate"]
 
@@ -85,6 +86,76 @@ __all__ = ["validate"]
     help="Override a scenario's fault parameter, e.g. -p redis_down.method=1 (repeatable).",
 )
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the report as JUnit XML here (a case = a testcase; not tested = skipped).",
+)
+@click.option(
+    "--target",
+    default=None,
+    metavar="URL",
+    help="Run the drill against your running service at this base URL (on this machine) "
+    "instead of the demo stack; it is never started or stopped.",
+)
+@click.option(
+    "--request",
+    "request_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --target: what one request looks like (YAML or JSON: method, path, headers, "
+    "a JSON body with a {{prompt}} placeholder).",
+)
+@click.option(
+    "--openai",
+    type=click.Choice(OPENAI_KINDS),
+    default=None,
+    help="With --target: the request of an OpenAI-compatible server (needs --model).",
+)
+@click.option("--model", default=None, help="The model name the --openai preset sends.")
+@click.option(
+    "--pid",
+    type=int,
+    default=None,
+    help="With --target: the service's process (default: the one listening on its port).",
+)
+@click.option(
+    "--metrics-path",
+    default="/metrics",
+    show_default=True,
+    help="With --target: where the service serves its Prometheus metrics.",
+)
+@click.option(
+    "--sla",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="With --target: the model SLA of the rules (default: 2.5 x the median time of "
+    "the service's request, measured before the first fault).",
+)
+@click.option(
+    "--chaos-token",
+    envvar="AIVITALS_CHAOS_TOKEN",
+    default=None,
+    help="With --target: the token of the service's chaos hook (aivitals.chaos.mount); "
+    "without it the in-process faults are not tested.",
+)
+@click.option(
+    "--dependency",
+    default=None,
+    metavar="HOST:PORT",
+    help="With --target: a dependency of the service (its Redis, its database) that "
+    "redis_down takes down by resetting TCP to it; without it that fault is not tested.",
+)
+@click.option(
+    "--log",
+    "log_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --target: the service's JSON-lines log; without it the log check is not tested.",
+)
 def validate(
     quick: bool,
     scenarios: str | None,
@@ -100,6 +171,17 @@ def validate(
     gpu: str,
     params: tuple[str, ...],
     list_only: bool,
+    junit_path: Path | None,
+    target: str | None,
+    request_file: Path | None,
+    openai: str | None,
+    model: str | None,
+    pid: int | None,
+    metrics_path: str,
+    sla: float | None,
+    chaos_token: str | None,
+    dependency: str | None,
+    log_file: Path | None,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
 
@@ -107,11 +189,37 @@ def validate(
     may fire, and the diagnosis must keep naming the fault on every poll after
     it first does. Prints one line per check ([ok] / [fail] / [info]), writes a
     JSON report and exits 1 when any check failed.
+
+    With --target URL it checks your running service instead of the demo: every fault
+    that can apply to it from outside (and in-process ones through its chaos hook when
+    --chaos-token is given); a fault that cannot apply is reported as not tested, with
+    the reason, and does not fail the run.
     """
     from ._config import ValidateConfig
     from ._runner import run_validate
     from ._scenarios import SCENARIOS, hostable
 
+    options = _target_options(
+        target,
+        request_file=request_file,
+        openai=openai,
+        model=model,
+        pid=pid,
+        metrics_path=metrics_path,
+        sla=sla,
+        chaos_token=chaos_token,
+        dependency=dependency,
+        log_file=log_file,
+    )
+    if options is not None and list_only:
+        from ._external import why_not
+
+        for name in SCENARIOS:
+            why = why_not(name, options)
+            click.echo(f"{name:<24} {'applies' if why is None else 'not tested: ' + why}")
+        return
+    if options is not None and soak is not None:
+        raise ConfigError("--soak runs on the demo stack; it takes no --target")
     if list_only:
         from ._severity import SINGLE, severities
 
@@ -146,6 +254,8 @@ def validate(
         params=_params(params),
         sweep=sweep,
         record=record,
+        target=options,
+        rule_params={} if sla is None else {"sla_seconds": sla},
     )
     report: Any
     from ..chaos import interrupt_on_signals
@@ -162,11 +272,68 @@ def validate(
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(report.to_markdown())
+    if junit_path is not None:
+        if not hasattr(report, "to_junit"):
+            raise ConfigError("--junit: a soak has no cases to write as JUnit")
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_text(report.to_junit())
     click.echo(f"\n{report.summary()}; report: {report_path}")
     if report.interrupted:
         sys.exit(130)  # the shell's code for a job stopped by Ctrl-C
     if not report.passed:
         sys.exit(1)
+
+
+def _target_options(
+    target: str | None,
+    *,
+    request_file: Path | None,
+    openai: str | None,
+    model: str | None,
+    pid: int | None,
+    metrics_path: str,
+    sla: float | None,
+    chaos_token: str | None,
+    dependency: str | None,
+    log_file: Path | None,
+) -> Any:
+    """The user's service (``ExternalOptions``) from ``--target`` and the options that go
+    with it; None without ``--target``, where those options are refused."""
+    given = {
+        "--request": request_file,
+        "--openai": openai,
+        "--model": model,
+        "--pid": pid,
+        "--sla": sla,
+        "--dependency": dependency,
+        "--log": log_file,
+    }
+    if metrics_path != "/metrics":
+        given["--metrics-path"] = metrics_path
+    if target is None:
+        named = [k for k, v in given.items() if v is not None]
+        if named:
+            raise ConfigError(f"{', '.join(named)}: only with --target URL (your own service)")
+        return None  # the demo stack makes its own token: an AIVITALS_CHAOS_TOKEN is unused
+    from ..load import template_from_options
+    from ._external import ExternalOptions, parse_dependency
+
+    if request_file is None and openai is None:
+        raise ConfigError(
+            "--target: say what one request to it looks like: --request FILE (method, path, "
+            "headers, a JSON body with a {{prompt}} placeholder), or --openai "
+            "completions|chat --model NAME"
+        )
+    return ExternalOptions(
+        url=target,
+        request=template_from_options(request_file, openai, model),
+        pid=pid,
+        metrics_path=metrics_path,
+        sla=sla,
+        chaos_token=chaos_token,
+        dependency=None if dependency is None else parse_dependency(dependency),
+        log=log_file,
+    )
 
 
 def _params(raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..timescale import TimeScale
+
+if TYPE_CHECKING:
+    from ._external import ExternalOptions
 
 __all__ = ["ValidateConfig"]
 
@@ -33,6 +36,9 @@ class ValidateConfig:
     three severities (threshold, moderate, severe) and each fault with a single
     magnitude once (``fault@single``) instead. ``record`` saves each
     case's window as a snapshot with its label in that directory.
+
+    ``target`` runs the drill against a service that already runs (``--target URL``)
+    instead of the demo stack: no sweep or recording then (both are the demo's).
     """
 
     quick: bool = False
@@ -50,8 +56,14 @@ class ValidateConfig:
     gpu: str = "auto"
     sweep: bool = False
     record: Path | None = None
+    target: ExternalOptions | None = None
 
     def __post_init__(self) -> None:
+        if self.target is not None and (self.sweep or self.record is not None):
+            raise ConfigError(
+                "--target runs the drill on your service: --sweep and --record are for the "
+                "demo stack (its simulated magnitudes and labelled recordings)"
+            )
         if self.gpu not in ("auto", "sim", "nvml"):
             raise ConfigError(f"gpu={self.gpu!r}: expected auto, sim or nvml")
         for key in ("baseline", "fault_min", "fault_max", "recover_max"):

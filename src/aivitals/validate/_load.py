@@ -1,4 +1,5 @@
-"""Background load for a validation phase: streaming completions plus cached embeddings."""
+"""Background load for a validation phase: streaming completions plus cached embeddings,
+or, against a user's service (``--target``), its own request template."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..load import RequestSpec
+    from ..load import RequestSpec, RequestTemplate
 
-__all__ = ["LoadPhase", "LoadPlan", "impatient_requests"]
+__all__ = ["LoadPhase", "LoadPlan", "impatient_requests", "template_requests"]
+
+#: Distinct prompts a template's load cycles through: more than a quick case sends at
+#: the plan's rate, so a response cache of the service misses as it does on new inputs.
+TEMPLATE_POOL = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,28 @@ def impatient_requests(plan: LoadPlan, rng: random.Random) -> tuple[RequestSpec,
     return tuple(out)
 
 
+def template_requests(
+    template: RequestTemplate,
+    n: int,
+    *,
+    prompt_tokens: int = LoadPlan().prompt_tokens,
+    rng: random.Random | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> tuple[RequestSpec, ...]:
+    """``n`` requests of the user's template, each with a new prompt of
+    ``prompt_tokens`` words, ``headers`` added."""
+    from ..load import make_prompt
+
+    rng = rng or random.Random()
+    out = []
+    for _ in range(n):
+        spec = template.render(make_prompt(prompt_tokens, rng=rng))
+        if headers:
+            spec = dataclasses.replace(spec, headers=(*spec.headers, *headers))
+        out.append(spec)
+    return tuple(out)
+
+
 @dataclass
 class LoadPhase:
     """Load running on threads until ``stop()``; then ``reports`` holds what each saw.
@@ -63,22 +90,33 @@ class LoadPhase:
         ...
         phase.stop()
         phase.reports["completions"].e2e.p99_ms
+
+    With ``template`` (a user's service) one stream sends the template's request at the
+    plan's two rates together, every prompt new: ``reports["requests"]``.
     """
 
     base_url: str
     plan: LoadPlan
     allow_hosts: tuple[str, ...] = ()
     impatient: bool = False
+    template: RequestTemplate | None = None
     reports: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def main(self) -> str:
+        """The stream whose report says what the clients felt."""
+        return "completions" if self.template is None else "requests"
 
     def start(self, *, max_seconds: float) -> LoadPhase:
         from ..load import LoadConfig
 
         url = self.base_url.rstrip("/")
         p = self.plan
+        if self.template is not None:
+            return self._start_threads(self._template_configs(url, max_seconds))
         # The impatient client replaces part of the completions, so the request rate stays
         # what it was: added on top it raised the rate by half, which read as a traffic
         # surge and contradicted timeouts_not_aborting's own finding.
@@ -118,6 +156,40 @@ class LoadPhase:
                 allow_hosts=self.allow_hosts,
                 timeout=10.0,
             )
+        return self._start_threads(configs)
+
+    def _template_configs(self, url: str, max_seconds: float) -> dict[str, Any]:
+        """The user's request at the plan's whole rate; an impatient client sends it with
+        the deadline header (``X-Request-Timeout``) in place of part of it."""
+        from ..load import LoadConfig
+
+        assert self.template is not None
+        p, t = self.plan, self.template
+        rate = p.completions_rate + p.embeddings_rate
+        rate -= p.impatient_rate if self.impatient else 0.0
+        configs = {
+            "requests": LoadConfig(
+                url=url + t.path,
+                rate=rate,
+                duration=max_seconds,
+                requests=template_requests(t, TEMPLATE_POOL),
+                allow_hosts=self.allow_hosts,
+                timeout=10.0,
+            )
+        }
+        if self.impatient:
+            deadline = (("X-Request-Timeout", f"{p.impatient_deadline_s:g}"),)
+            configs["impatient"] = LoadConfig(
+                url=url + t.path,
+                rate=p.impatient_rate,
+                duration=max_seconds,
+                requests=template_requests(t, p.impatient_pool, headers=deadline),
+                allow_hosts=self.allow_hosts,
+                timeout=10.0,
+            )
+        return configs
+
+    def _start_threads(self, configs: dict[str, Any]) -> LoadPhase:
         for name, cfg in configs.items():
             t = threading.Thread(target=self._run, args=(name, cfg), daemon=True, name=name)
             self._threads.append(t)

@@ -1,4 +1,5 @@
-"""Checks, scenario results and the run's report (terminal lines and JSON)."""
+"""Checks, scenario results and the run's report (terminal lines, JSON, Markdown and
+JUnit XML)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 __all__ = ["Check", "Report", "ScenarioResult", "fmt_change", "fmt_ms"]
 
@@ -91,16 +93,69 @@ class Report:
             cut = f"; interrupted after {len(self.scenarios)}{of} cases"
         return (
             f"{ok}/{len(ran)} scenarios passed, {failed} of {len(checks)} checks failed, "
-            f"{skipped} skipped, {took:.0f} s{cut}"
+            f"{skipped} not tested, {took:.0f} s{cut}"
         )
+
+    @property
+    def not_tested(self) -> list[dict[str, str]]:
+        """The cases the run could not test, each with the reason: never a pass."""
+        return [
+            {"case": s.fault, "reason": s.skipped} for s in self.scenarios if s.skipped is not None
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["passed"] = self.passed
         out["summary"] = self.summary()
+        out["not_tested"] = self.not_tested
         for s, d in zip(self.scenarios, out["scenarios"], strict=True):
             d["passed"] = s.passed
         return out
+
+    def to_junit(self) -> str:
+        """The report as JUnit XML, for a CI's test view: one testsuite, one testcase per
+        case; a failed check or a case error is a ``failure``, a case that could not be
+        tested is ``skipped`` with its reason (never a pass)."""
+        ran = [s for s in self.scenarios if s.skipped is None]
+        took = (self.ended_at or time.time()) - self.started_at
+        suite = ET.Element(
+            "testsuite",
+            name="aivitals validate",
+            tests=str(len(self.scenarios)),
+            failures=str(sum(not s.passed for s in ran)),
+            errors="0",
+            skipped=str(len(self.scenarios) - len(ran)),
+            time=f"{took:.1f}",
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.started_at)),
+        )
+        for s in self.scenarios:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"aivitals.validate.{s.layer}",
+                name=s.fault,
+                time=f"{(s.ended_at or s.started_at) - s.started_at:.1f}",
+            )
+            if s.skipped is not None:
+                ET.SubElement(case, "skipped", message=f"not tested: {s.skipped}")
+                continue
+            failed = [c for c in s.checks if c.ok is False]
+            if s.error:
+                failed.append(Check("error", False, s.error))
+            if failed:
+                fail = ET.SubElement(
+                    case,
+                    "failure",
+                    message="; ".join(c.text for c in failed)[:1000],
+                    type=",".join(c.name for c in failed),
+                )
+                fail.text = "\n".join(c.line() for c in failed)
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(c.line() for c in s.checks)
+        if self.interrupted:
+            ET.SubElement(suite, "system-err").text = "interrupted before every case ran"
+        ET.indent(suite)
+        return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
     def _sla_lines(self) -> list[str]:
         """The model SLA the rules ran with, and the measurement it came from."""
@@ -108,12 +163,19 @@ class Report:
         if sla is None:
             return []
         cal = self.environment.get("sla_calibration")
-        how = (
-            "set by the caller"
-            if not cal
-            else f"{cal['sla_per_median']:g} x the model's measured median, {cal['median_s']:g} s "
-            f"over {cal['completed']} completions at {cal['concurrency']} in flight"
-        )
+        if not cal:
+            how = "set by the caller"
+        elif cal.get("request"):
+            how = (
+                f"{cal['sla_per_median']:g} x the service's measured median, "
+                f"{cal['median_s']:g} s over {cal['completed']} requests {cal['request']} at "
+                f"{cal['concurrency']} in flight"
+            )
+        else:
+            how = (
+                f"{cal['sla_per_median']:g} x the model's measured median, {cal['median_s']:g} s "
+                f"over {cal['completed']} completions at {cal['concurrency']} in flight"
+            )
         return [f"Model SLA of the rules: {sla:g} s ({how}).", ""]
 
     def to_markdown(self) -> str:
@@ -126,11 +188,12 @@ class Report:
             f"Run {when}, mode `{mode}`: **{self.summary()}**.",
             "",
             *self._sla_lines(),
+            *self._target_lines(),
             "| case | layer | result | failed checks | diagnosis stable |",
             "|---|---|---|---|---|",
         ]
         for s in self.scenarios:
-            verdict = "skipped" if s.skipped else ("pass" if s.passed else "FAIL")
+            verdict = "not tested" if s.skipped else ("pass" if s.passed else "FAIL")
             failed = sum(c.ok is False for c in s.checks) + (1 if s.error else 0)
             data = next((c.data for c in s.checks if c.name == "diagnosis"), {})
             share = data.get("stable_share")
@@ -140,13 +203,26 @@ class Report:
             took = f", {s.ended_at - s.started_at:.0f} s" if s.ended_at else ""
             out += ["", f"## {s.fault} ({s.layer} layer{took})", ""]
             if s.skipped:
-                out.append(f"skipped: {s.skipped}")
+                out.append(f"not tested: {s.skipped}")
                 continue
             out += ["```", *(c.line() for c in s.checks)]
             if s.error:
                 out.append(f"[fail] {s.error}")
             out.append("```")
         return "\n".join(out) + "\n"
+
+    def _target_lines(self) -> list[str]:
+        """The user's service (``--target``) and the faults that do not apply to it."""
+        target = self.environment.get("target")
+        if not target:
+            return []
+        out = [f"Target: {target['url']}, {target['request']}, pid {target['pid']}.", ""]
+        why = {k: v for k, v in self.environment.get("applicability", {}).items() if v != "applies"}
+        if why:
+            out += ["Faults that cannot apply to this target (not tested):", ""]
+            out += [f"- `{name}`: {reason}" for name, reason in why.items()]
+            out.append("")
+        return out
 
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)

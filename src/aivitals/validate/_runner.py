@@ -7,18 +7,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import promql_parser
 
-from ..errors import AivitalsError, ConfigError
+from ..errors import AivitalsError, ConfigError, ServiceError
 from ._cases import PAIRS, Case, case
 from ._config import ValidateConfig
-from ._load import LoadPhase, LoadPlan
+from ._load import LoadPhase, LoadPlan, template_requests
 from ._lock import RunLock
 from ._report import Check, Report, ScenarioResult, fmt_change, fmt_ms
 from ._scenarios import SCENARIOS, Scenario, hostable
 from ._target import ValidateTarget
+
+if TYPE_CHECKING:
+    from ..load import RequestTemplate
+    from ._external import ExternalTarget
 
 __all__ = [
     "LOG_FIELDS",
@@ -47,20 +51,33 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
         report.write(Path("validate.json")); sys.exit(0 if report.passed else 1)
     """
     chosen = cases_of(config)
+    external = _external_target(config)
+    if external is not None:
+        # every refusal of the user's target (no answer, an error answer, no process on
+        # its port) comes here: before the lock, the agent and any fault
+        echo(f"checking the target {external.options.base} ...")
+        external.check()
     with RunLock(config.lock_path):
         report = Report(quick=config.quick, planned=len(chosen))
-        stack = new_stack(config, FAULT_CASE_CACHE_TTL_S)
+        stack = external if external is not None else new_stack(config, FAULT_CASE_CACHE_TTL_S)
         relay = Relay()
         try:
-            echo(
-                "starting Redis, the demo service and the agent "
-                f"({'quick' if config.quick else 'full'} run)"
-            )
+            mode = "quick" if config.quick else "full"
+            if external is None:
+                echo(f"starting Redis, the demo service and the agent ({mode} run)")
+            else:
+                echo(f"starting the agent on the running service ({mode} run)")
             stack.start()
             calibration = start_calibrated_agent(
-                stack, dict(config.rule_params), FAULT_CASE_TOKENS, echo
+                stack,
+                dict(config.rule_params),
+                FAULT_CASE_TOKENS,
+                echo,
+                template=None if config.target is None else config.target.request,
             )
             report.environment = _environment(stack, calibration, FAULT_CASE_CACHE_TTL_S)
+            if external is not None:
+                report.environment.update(_external_environment(external, config))
             if any(_sized_at_run_time(c) for c in chosen):
                 capacity = calibrate_capacity(stack, calibration)
                 report.environment["capacity"] = capacity
@@ -83,6 +100,60 @@ def run_validate(config: ValidateConfig, *, echo: Echo = print) -> Report:
             except AivitalsError as exc:
                 echo(f"[fail] cleanup: {exc}")
         return report
+
+
+def _external_target(config: ValidateConfig) -> ExternalTarget | None:
+    """The user's running service, when the run names one (``--target``)."""
+    if config.target is None:
+        return None
+    from ._external import ExternalTarget
+
+    return ExternalTarget(config.target, quick=config.quick, workdir=config.workdir)
+
+
+def _external_environment(target: ExternalTarget, config: ValidateConfig) -> dict[str, Any]:
+    """The target as the report states it, and for every fault whether it applies to
+    it (``"applies"``) or why it is not tested."""
+    from ._external import why_not
+
+    assert config.target is not None
+    gpu = target.config.gpu_backend != "none"
+    return {
+        "target": target.describe(),
+        "cache_ttl_s": None,  # the service's cache, if any, is the user's
+        "applicability": {
+            name: why_not(name, config.target, gpu=gpu) or "applies" for name in SCENARIOS
+        },
+    }
+
+
+def why_not_here(config: ValidateConfig, s: Scenario) -> str | None:
+    """Why the run cannot test ``s``: what this machine cannot host for the demo, what
+    the user's service does not offer for ``--target`` (``_external.why_not``)."""
+    if config.target is None:
+        return hostable(s)
+    from ._external import why_not
+
+    return why_not(s.fault, config.target)
+
+
+def _overrides(config: ValidateConfig) -> dict[str, dict[str, Any]]:
+    """The ``-p`` overrides, on the parameters a fault must take against a service the
+    run did not start (``_external.external_params``) when it runs with ``--target``."""
+    if config.target is None:
+        return config.params
+    from ._external import external_params
+
+    out = {f: external_params(f) for f in SCENARIOS if external_params(f)}
+    for fault, values in config.params.items():
+        out[fault] = {**out.get(fault, {}), **values}
+    return out
+
+
+def _load(config: ValidateConfig, url: str, **kw: Any) -> LoadPhase:
+    """The drill's load on ``url``: the demo's two routes, or the user's request template."""
+    template = None if config.target is None else config.target.request
+    return LoadPhase(url, LoadPlan(), template=template, **kw)
 
 
 def warm_up_seconds(config: ValidateConfig) -> float:
@@ -144,7 +215,7 @@ def _warm_up(stack: ValidateTarget, config: ValidateConfig, echo: Echo, relay: R
     seconds = warm_up_seconds(config)
     stack.service.wait_ready(60.0)
     echo(f"warming up for {seconds:g} s (steady load before the first baseline)")
-    relay.hand_to(LoadPhase(stack.service.url, LoadPlan()), max_seconds=_CARRY_S)
+    relay.hand_to(_load(config, stack.service.url), max_seconds=_CARRY_S)
     time.sleep(seconds)
 
 
@@ -179,6 +250,9 @@ FAULT_CASE_CACHE_TTL_S = 86400.0
 #: How long the calibration's closed loop runs, and the least it must complete.
 CALIBRATION_S = 6.0
 CALIBRATION_MIN_COMPLETED = 10
+#: Distinct prompts of the calibration on a user's template: more than it sends, so no
+#: response cache of the service answers one of them.
+CALIBRATION_POOL = 512
 
 
 def _demo_rule_params(
@@ -228,22 +302,37 @@ def _closed_loop(
     return report
 
 
-def calibrate_sla(stack: ValidateTarget, *, seconds: float = CALIBRATION_S) -> dict[str, Any]:
+def calibrate_sla(
+    stack: ValidateTarget,
+    *,
+    seconds: float = CALIBRATION_S,
+    template: RequestTemplate | None = None,
+) -> dict[str, Any]:
     """Measure the demo model's speed on this machine: the fault cases' completions
     (``LoadPlan``'s tokens, every prompt new so none is a cache hit) in a closed loop
     at one per worker for ``seconds``. Returns ``median_s`` (the clients' median time),
     ``completed`` and ``seconds``; ``_demo_rule_params(median_s=...)`` turns it into the
     SLA. A service that completes fewer than ``CALIBRATION_MIN_COMPLETED`` cannot be
-    measured: ``ServiceError`` says what the client saw."""
+    measured: ``ServiceError`` says what the client saw. ``template``: the user's service
+    (``--target``), measured on its own request, each prompt new."""
     plan = LoadPlan()
-    report = _closed_loop(
-        stack,
-        "/v1/completions",
-        seconds,
-        "measuring the demo model's speed",
-        max_tokens=plan.max_tokens,
-        prompt_tokens=plan.prompt_tokens,
-    )
+    if template is not None:
+        report = _closed_loop(
+            stack,
+            template.path,
+            seconds,
+            f"measuring the target's speed on {template.describe()}",
+            requests=template_requests(template, CALIBRATION_POOL),
+        )
+    else:
+        report = _closed_loop(
+            stack,
+            "/v1/completions",
+            seconds,
+            "measuring the demo model's speed",
+            max_tokens=plan.max_tokens,
+            prompt_tokens=plan.prompt_tokens,
+        )
     return {
         "median_s": round(report.e2e.median_ms / 1000.0, 4),
         "completed": report.completed,
@@ -297,14 +386,33 @@ def calibrate_capacity(
 
 
 def start_calibrated_agent(
-    stack: ValidateTarget, user_params: dict[str, Any], max_tokens: int, echo: Echo
+    stack: ValidateTarget,
+    user_params: dict[str, Any],
+    max_tokens: int,
+    echo: Echo,
+    *,
+    template: RequestTemplate | None = None,
 ) -> dict[str, Any] | None:
     """Start ``stack``'s agent (the stack started with ``agent=False``) with the demo's
     rule parameters for generations of up to ``max_tokens``: the SLA from the model's
     measured speed (``calibrate_sla``), unless ``user_params`` set ``sla_seconds``;
-    ``user_params`` win. Returns the calibration (None when the user's SLA was used)."""
+    ``user_params`` win. Returns the calibration (None when the user's SLA was used).
+
+    ``template``: the user's service (``--target``), whose SLA is ``SLA_PER_MEDIAN``
+    times the median time of its own request, as the baseline measures it."""
     calibration, params = None, {}
-    if "sla_seconds" not in user_params:
+    if "sla_seconds" not in user_params and template is not None:
+        echo(f"measuring the target's speed on {template.describe()} ({CALIBRATION_S:g} s) ...")
+        calibration = calibrate_sla(stack, template=template)
+        params = {"sla_seconds": round(max(SLA_PER_MEDIAN * calibration["median_s"], 0.001), 3)}
+        calibration.update(sla_seconds=params["sla_seconds"], request=template.describe())
+        echo(
+            f"target speed: {template.describe()} takes {calibration['median_s']:.3f} s "
+            f"(median of {calibration['completed']}, {calibration['concurrency']} in flight); "
+            f"model SLA {SLA_PER_MEDIAN:g} x that = {params['sla_seconds']:g} s "
+            f"(InferenceLatencyHigh above {2 * params['sla_seconds']:g} s)"
+        )
+    elif "sla_seconds" not in user_params:
         echo(f"measuring the demo model's speed ({CALIBRATION_S:g} s) ...")
         calibration = calibrate_sla(stack)
         params = _demo_rule_params(max_tokens, calibration["median_s"])
@@ -346,7 +454,7 @@ def _environment(
         "service": stack.service.url,
         "agent": stack.agent.url,
         "redis": None if stack.redis is None else stack.redis.url,
-        "sim_gpu_dir": str(stack.sim_gpu_dir),
+        "sim_gpu_dir": None if stack.sim_gpu_dir is None else str(stack.sim_gpu_dir),
         "tick_s": stack.config.tick,
         "gpu": stack.config.gpu_backend,
         "sla_seconds": stack.pack.params.sla_seconds,
@@ -375,7 +483,7 @@ def _run_all(
             report.environment["chaos_run"] = runner.run.run_id
         if stack.ledger is not None:
             report.environment["stack_ledger"] = stack.ledger.run_id
-        for c in chosen:
+        for i, c in enumerate(chosen):
             infos = [FAULT_TABLE[f] for f in c.faults]
             result = ScenarioResult(
                 c.name,
@@ -386,7 +494,7 @@ def _run_all(
                 severity=c.severity,
             )
             report.scenarios.append(result)
-            why = next((w for w in map(hostable, c.scenarios) if w is not None), None)
+            why = next((w for s in c.scenarios if (w := why_not_here(config, s))), None)
             if why is not None:
                 result.skipped = why
                 echo(f"\n== {c.name}: skipped ({why})")
@@ -395,7 +503,7 @@ def _run_all(
             echo(f"\n== {c.name} ({result.layer} layer): {what}")
             try:
                 capacity = report.environment.get("capacity")
-                result.params = c.params(config.quick, config.params, capacity)
+                result.params = c.params(config.quick, _overrides(config), capacity)
                 _scenario(stack, runner, c, infos, config, result, echo, relay, capacity)
             except Exception as exc:  # one broken scenario is reported; the others still run
                 result.error = f"{type(exc).__name__}: {exc}"
@@ -407,7 +515,7 @@ def _run_all(
                 stack.probe_via(None)
                 if relay.current is not None and relay.current.base_url != stack.service.url:
                     # a case that broke off mid-fault left its load on the fault's path
-                    relay.hand_to(LoadPhase(stack.service.url, LoadPlan()), max_seconds=_CARRY_S)
+                    relay.hand_to(_load(config, stack.service.url), max_seconds=_CARRY_S)
                 errors = runner.stop_all()  # idempotent: what _scenario stopped stays stopped
                 if errors:
                     echo(result.add(_revert_check(errors, [])).line())
@@ -415,7 +523,32 @@ def _run_all(
             if config.record is not None:
                 _record(stack, config, c, infos, result, echo)
             if not stack.service.alive():
-                _restart(stack, result, echo)
+                try:
+                    _restart(stack, result, echo)
+                except ServiceError as exc:
+                    # a service the run did not start is not restarted: the cases left
+                    # cannot run, and say why
+                    echo(f"[fail] {exc}")
+                    result.error = result.error or str(exc)
+                    for rest in chosen[i + 1 :]:
+                        report.scenarios.append(_not_run(rest, f"not run: {exc}"))
+                    break
+
+
+def _not_run(c: Case, why: str) -> ScenarioResult:
+    from ..chaos import FAULT_TABLE
+
+    infos = [FAULT_TABLE[f] for f in c.faults]
+    result = ScenarioResult(
+        c.name,
+        "+".join(dict.fromkeys(i.layer for i in infos)),
+        None if c.is_pair else infos[0].signature,
+        time.time(),
+        faults=list(c.faults),
+        severity=c.severity,
+    )
+    result.skipped = why
+    return result
 
 
 def _record(
@@ -482,7 +615,7 @@ def _restart(stack: ValidateTarget, result: ScenarioResult, echo: Echo) -> None:
         Check(
             "service_alive",
             False,
-            f"the demo service died (exit {code}) during the scenario; restarting it",
+            f"the service died (exit {code}) during the scenario; restarting it",
         )
     )
     echo(result.checks[-1].line())
@@ -500,14 +633,14 @@ def _scenario(
     relay: Relay,
     capacity: Mapping[str, Any] | None = None,
 ) -> None:
-    plan = LoadPlan()
     expect = _Expect.of(infos)
     stack.service.wait_ready(60.0)
     t_base = result.t_baseline = time.time()
-    base = relay.hand_to(LoadPhase(stack.service.url, plan), max_seconds=_CARRY_S)
+    base = relay.hand_to(_load(config, stack.service.url), max_seconds=_CARRY_S)
     time.sleep(max(_baseline(config, s) for s in c.scenarios))
 
-    log_offset = _size(stack.service.log_path)
+    log_path = stack.service.log_path
+    log_offset = 0 if log_path is None else _size(log_path)
     fault_max = _fault_phase(stack, config, c, expect)
     beyond = _beyond_reach(stack, c, result, fault_max)
     if beyond:
@@ -525,9 +658,9 @@ def _scenario(
     paths = [a.client_url for a in actives if a.client_url]
     client_url = next((u for u in paths if u != stack.service.url), None) or stack.service.url
     stack.probe_via(client_url)  # the agent's probe takes the clients' path
-    phase = LoadPhase(
+    phase = _load(
+        config,
         client_url,
-        plan,
         allow_hosts=tuple(h for a in actives for h in a.allow_hosts),
         impatient=any(s.impatient_client for s in c.scenarios),
     )
@@ -535,7 +668,7 @@ def _scenario(
     watch = _watch(stack, expect, t_base, t_fault, fault_max, config)
     t_end = time.time()
     # the recovery's load, straight to the service, takes over; the fault's report completes
-    relay.hand_to(LoadPhase(stack.service.url, plan), max_seconds=_CARRY_S)
+    relay.hand_to(_load(config, stack.service.url), max_seconds=_CARRY_S)
 
     checks: list[Check | None] = [
         _impact(base, phase, expect),
@@ -547,7 +680,7 @@ def _scenario(
         _also_fired(stack, expect, t_fault),
         _diagnosis_check(watch, expect),
         _log_check(
-            stack.service.log_path,
+            log_path,
             log_offset,
             tuple(code for s in c.scenarios for code in s.error_codes),
         ),
@@ -950,8 +1083,8 @@ def _generic_matches(
 def _impact(base: LoadPhase, fault: LoadPhase, expect: _Expect) -> Check:
     """What the clients saw. A fault the table says must hurt them fails when nothing moved."""
     must = expect.hurts_clients
-    b = base.reports.get("completions")
-    f = fault.reports.get("completions")
+    b = base.reports.get(base.main)
+    f = fault.reports.get(fault.main)
     if b is None or f is None:
         errors = "; ".join(base.errors + fault.errors) or "no report"
         return Check(
@@ -1196,9 +1329,19 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _log_check(path: Path, offset: int, codes_wanted: tuple[str, ...]) -> Check:
+def _log_check(path: Path | None, offset: int, codes_wanted: tuple[str, ...]) -> Check:
     """The error log lines written during the fault: structured, and carrying one of
-    ``codes_wanted`` (the codes the case's faults must produce) when there are any."""
+    ``codes_wanted`` (the codes the case's faults must produce) when there are any.
+    No log (``--target`` without ``--log``): not tested, which is neither a pass nor a
+    fail."""
+    if path is None:
+        return Check(
+            "logs",
+            None,
+            "not tested: no log of the service given (--log FILE, its JSON lines), so its "
+            "error lines were not checked",
+            {"not_tested": True},
+        )
     lines = _error_lines(path, offset)
     codes: dict[str, int] = {}
     incomplete = 0

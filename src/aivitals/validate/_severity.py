@@ -229,7 +229,7 @@ def _defaults(fault: str) -> dict[str, Any]:
     cls = get_fault(fault)
     remote = getattr(cls, "remote", None)
     if remote is not None:
-        from ..demo import IN_PROCESS_FAULTS
+        from ..chaos import IN_PROCESS_FAULTS
 
         return {k: v[0] for k, v in IN_PROCESS_FAULTS[remote].params.items()}
     return {k: v[0] for k, v in cls.params.items()}

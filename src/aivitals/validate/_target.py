@@ -3,9 +3,9 @@
 validate starts the target, measures its service, starts its agent with the rules'
 parameters, injects faults through its fault context, loads and probes its service,
 and reads its agent's store, alert engine and diagnosis. These protocols name exactly
-the members it uses, and nothing else; the demo ``Stack`` (``aivitals.demo``) is the
-implementation today, and mypy checks that it satisfies them (``new_stack`` returns a
-``Stack`` as a ``ValidateTarget``; the nested parts are checked below).
+the members it uses, and nothing else. Two implement them: the demo ``Stack``
+(``aivitals.demo``), which validate starts, and ``ExternalTarget`` (``--target URL``), a
+service that already runs; mypy checks that both satisfy them (below).
 
 ::
 
@@ -83,8 +83,9 @@ class TargetService(Protocol):
         ...
 
     @property
-    def log_path(self) -> Path:
-        """Its JSON log, whose error lines validate checks."""
+    def log_path(self) -> Path | None:
+        """Its JSON log, whose error lines validate checks (None: none given, and the
+        log check is not tested)."""
         ...
 
     def alive(self) -> bool: ...
@@ -169,8 +170,8 @@ class ValidateTarget(Protocol):
     def ledger(self) -> TargetLedger | None: ...
 
     @property
-    def sim_gpu_dir(self) -> Path:
-        """The simulated GPU's state directory, for the report."""
+    def sim_gpu_dir(self) -> Path | None:
+        """The simulated GPU's state directory, for the report (None: no simulated GPU)."""
         ...
 
     @property
@@ -215,8 +216,12 @@ if TYPE_CHECKING:
     from ..alerts import RuleEngine, RulePack
     from ..chaos import RunDir
     from ..demo import RedisServer, Stack, StackConfig
+    from ._external import ExternalConfig, ExternalService, ExternalTarget
 
     _STACK: type[ValidateTarget] = Stack
+    _EXTERNAL: type[ValidateTarget] = ExternalTarget
+    _EXTERNAL_CONFIG: type[TargetConfig] = ExternalConfig
+    _EXTERNAL_SERVICE: type[TargetService] = ExternalService
     _CONFIG: type[TargetConfig] = StackConfig
     _AGENT: type[TargetAgent] = Agent
     _ENGINE: type[TargetEngine] = RuleEngine
