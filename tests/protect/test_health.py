@@ -376,3 +376,19 @@ async def test_a_ping_never_waits_behind_the_application_s_threads() -> None:
     finally:
         release.set()
         await asyncio.gather(*busy)
+
+
+async def test_no_readiness_is_exported_until_it_was_evaluated() -> None:
+    # A service that uses the guard or admission control but never serves /readyz must
+    # not export service_ready 0: ServiceNotReady would page for a check nobody ran.
+    from aivitals.protect import GuardConfig, InputGuard
+
+    registry = CollectorRegistry()
+    InputGuard(not_found, config=GuardConfig(), registry=registry)
+    assert registry.get_sample_value("service_ready") is None
+    health = Health(HealthConfig(model_loaded=lambda: True), registry=registry)
+    assert registry.get_sample_value("service_ready") is None
+    app = HealthMiddleware(not_found, health)
+    status, _ = await get(app, "/readyz")
+    assert status == 200
+    assert registry.get_sample_value("service_ready") == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,26 @@ class ProtectMetrics:
             queue_capacity=make("queue_capacity"),
             queue_wait=make("queue_wait_seconds"),
             health_check_up=make("health_check_up"),
-            service_ready=make("service_ready"),
+            service_ready=_OnFirstSet(lambda: make("service_ready")),
         )
+
+
+class _OnFirstSet:
+    """A gauge registered when it is first set: an unlabelled gauge exports 0 from the
+    moment it exists, and ``service_ready 0`` from a service that never evaluates its
+    readiness (guard and admission control only, or before the first ``/readyz``)
+    pages ServiceNotReady for a check nobody ran."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._gauge: Any = None
+        self._lock = threading.Lock()
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            if self._gauge is None:
+                self._gauge = self._make()
+        self._gauge.set(value)
 
 
 _LOCK = threading.Lock()
