@@ -4,6 +4,7 @@ protocol, and each fault it runs by itself measured where it shows."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import sys
 import threading
@@ -392,17 +393,22 @@ def test_process_memory_leak_is_held_up_to_max_mib_and_released_at_stop() -> Non
     async def body() -> tuple[int, int]:
         async with client(mounted) as c:
             await chaos(c, "process_memory_leak", "start", mib_per_request=16, max_mib=40)
+            # in a long test session other objects come and go: collect them first, so
+            # the RSS moves by what the fault holds
+            gc.collect()
             before = proc.memory_info().rss
             for _ in range(4):
                 await c.get("/v1/a")
-            grown = proc.memory_info().rss - before
+            peak = proc.memory_info().rss
             await chaos(c, "process_memory_leak", "stop")
-            return grown, proc.memory_info().rss - before
+            gc.collect()
+            return peak - before, peak - proc.memory_info().rss
 
-    grown, left = run(body)
+    grown, released = run(body)
     # two 16 MiB chunks fit under 40 MiB, a third would not: 32 MiB held, pages touched
-    assert 28 * MIB < grown < 44 * MIB
-    assert left < 8 * MIB  # chunks this size are their own mappings: freed, RSS falls
+    assert 24 * MIB < grown < 46 * MIB
+    # chunks this size are their own mappings: freed at stop, RSS falls by them
+    assert released > 24 * MIB
 
 
 def test_gpu_leak_goes_on_the_sim_device_without_torch_and_is_freed_at_stop(

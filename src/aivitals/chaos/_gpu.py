@@ -53,7 +53,11 @@ GPU_XID = FaultSpec(
         "ServiceNotReady": "the readiness probe's inference fails on the lost device (the "
         "sim keeps an Xid 79 device lost until the revert resets it)",
     },
-    needs=Needs("gpu"),
+    needs=Needs(
+        "gpu",
+        external="it raises an Xid on the demo's simulated GPU; a real device's Xid cannot "
+        "be caused from outside the service",
+    ),
     runs=Runs(params={"code": 79}, quick_params={"code": 79}),
     grading=Grading(
         knob=lambda b: Knob(
@@ -141,7 +145,7 @@ GPU_COTENANT = FaultSpec(
         "GPUUtilizationHigh": "the batch job's kernels keep the SMs busy through each "
         "on-phase, whatever the share of memory it takes",
     },
-    needs=Needs("gpu"),
+    needs=Needs("gpu", external_params={"real": 1}),
     runs=Runs(
         # a share of the whole device: with the service's 14 GiB of weights on 24 GiB,
         # 0.36 takes it past 90% while the batch job runs. The full run keeps quick's
@@ -228,7 +232,11 @@ GPU_OOM = FaultSpec(
         "HostCPUSaturated": "those long generations run back to back on the CPU-run demo "
         "model, which spreads each over every core",
     },
-    needs=Needs("gpu"),
+    needs=Needs(
+        "gpu",
+        external="it fills the demo's simulated GPU memory; on a real device only its "
+        "over-long inputs would act, which overlong_inputs already tests",
+    ),
     runs=Runs(quick_params={"concurrency": 2, "max_tokens": 64}, error_codes=("CUDA_OOM",)),
     grading=Grading(
         knob=lambda b: Knob(

@@ -67,7 +67,12 @@ REDIS_DOWN = FaultSpec(
     description="the service's Redis cache is unreachable",
     alerts=("DependencyDown", "CacheErrorsHigh"),
     signature="redis_down",
-    needs=Needs("redis", _redis_server),
+    needs=Needs(
+        "redis",
+        _redis_server,
+        # blocked, never killed: the run could not hand a restarted process back
+        external_params={"method": 0},
+    ),
     runs=Runs(error_codes=("DEPENDENCY_DOWN",)),
     grading=Grading(
         knob=lambda b: Knob(
@@ -270,7 +275,12 @@ CACHE_STAMPEDE = FaultSpec(
     description="every key of the service's Redis cache expires at once, repeatedly",
     alerts=("CacheHitRatioDrop",),
     signature="cache_stampede",
-    needs=Needs("redis", _redis_server),
+    needs=Needs(
+        "redis",
+        _redis_server,
+        external="it flushes or expires every key of the Redis it acts on; aivitals does "
+        "that only to a Redis its own run started",
+    ),
     runs=Runs(
         quick_params={"interval": 1},
         # CacheHitRatioDrop compares with the best hit ratio of the last

@@ -77,10 +77,15 @@ def _anywhere() -> str | None:
 @dataclass(frozen=True, slots=True)
 class Needs:
     """What the fault needs from a target (``kind``) and a check of this machine:
-    ``why_not()`` says why it cannot host the fault, or None."""
+    ``why_not()`` says why it cannot host the fault, or None. Against a service
+    aivitals did not start (``validate --target``): ``external`` says why the fault can
+    never act on it (None: it can, given its kind), and ``external_params`` the
+    parameters it must take there (under the user's ``-p``)."""
 
     kind: NeedKind
     why_not: Callable[[], str | None] = _anywhere
+    external: str | None = None
+    external_params: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

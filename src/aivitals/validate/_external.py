@@ -157,16 +157,6 @@ def _nft_why_not() -> str | None:
     return None
 
 
-#: GPU faults that act only on the demo's simulated device, and why they cannot act on a
-#: service aivitals did not start.
-_SIM_ONLY = {
-    "gpu_xid": "raises an Xid on the demo's simulated GPU; a real device's Xid cannot be "
-    "caused from outside the service",
-    "gpu_oom": "fills the demo's simulated GPU memory; on a real device only its over-long "
-    "inputs would act, which overlong_inputs already tests",
-}
-
-
 def why_not(fault: str, options: ExternalOptions, *, gpu: bool | None = None) -> str | None:
     """Why ``fault`` cannot be tested against the external target, or None when it can.
 
@@ -196,12 +186,11 @@ def why_not(fault: str, options: ExternalOptions, *, gpu: bool | None = None) ->
                 "and its token (--chaos-token or AIVITALS_CHAOS_TOKEN)"
             )
         return None
+    if kind == "gpu" and not (gpu_found() if gpu is None else gpu):
+        return "needs a GPU: none found on this host (no nvidia-smi)"
+    if spec.needs.external is not None:
+        return spec.needs.external
     if kind == "redis":
-        if fault != "redis_down":
-            return (
-                f"{fault} flushes or expires every key of the Redis it acts on; aivitals does "
-                "that only to a Redis its own run started"
-            )
         if options.dependency is None:
             return (
                 "needs a dependency to take down: --dependency HOST:PORT (the service's "
@@ -209,9 +198,7 @@ def why_not(fault: str, options: ExternalOptions, *, gpu: bool | None = None) ->
             )
         return _nft_why_not()
     if kind == "gpu":
-        if not (gpu_found() if gpu is None else gpu):
-            return "needs a GPU: none found on this host (no nvidia-smi)"
-        return _SIM_ONLY.get(fault)
+        return None
     return f"needs {kind} of a target, which validate --target does not provide"
 
 
@@ -219,7 +206,9 @@ def external_params(fault: str) -> dict[str, Any]:
     """Parameters a fault must take against a service aivitals did not start, under
     the user's ``-p``: the dependency is blocked, never killed (the run could not hand a
     restarted process back), and a GPU co-tenant runs on the real device."""
-    return {"redis_down": {"method": 0}, "gpu_cotenant": {"real": 1}}.get(fault, {})
+    from ..chaos import FAULT_SPECS
+
+    return dict(FAULT_SPECS[fault].needs.external_params)
 
 
 def _listens(conns: Sequence[Any], port: int) -> bool:
