@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import math
+import mmap
 import os
 import random
 import sys
@@ -125,7 +126,7 @@ IN_PROCESS_FAULTS: dict[str, InProcessFaultSpec] = {
             "process_memory_leak",
             "every request keeps `mib_per_request` MiB of process memory",
             {"mib_per_request": (4.0, 0.01, 1024.0), "max_mib": (4096.0, 1.0, 65536.0)},
-            generic="touched bytearrays kept per request up to max_mib; freed at stop",
+            generic="touched anonymous mappings kept per request up to max_mib; unmapped at stop",
         ),
         InProcessFaultSpec(
             "no_abort_timeouts",
@@ -360,7 +361,7 @@ class _Generic:
         self._gpu_source = gpu
         self._gpu: GpuLeakTarget | None = None
         self._lock = threading.Lock()
-        self._memory: list[bytearray] = []
+        self._memory: list[mmap.mmap] = []
         # thread_leak: the leaked threads park on this event; setting it ends them all
         self._threads: list[threading.Thread] = []
         self._release = threading.Event()
@@ -407,14 +408,20 @@ class _Generic:
         with self._lock:
             if sum(len(b) for b in self._memory) + mib * _MIB > cap_mib * _MIB:
                 return
-            chunk = bytearray(int(mib * _MIB))
-            chunk[::4096] = b"\x01" * len(chunk[::4096])  # touch every page so RSS grows
+            # an anonymous mapping of its own, not a bytearray: malloc serves big blocks
+            # from its heap once a process has freed one (its mmap threshold rises), and
+            # a heap block freed at stop need not leave RSS; an unmapped one always does
+            chunk = mmap.mmap(-1, max(1, int(mib * _MIB)))
+            for offset in range(0, len(chunk), mmap.PAGESIZE):
+                chunk[offset] = 1  # touch every page so RSS grows
             self._memory.append(chunk)
 
     def _on_memory_leak(self, on: bool, params: dict[str, float]) -> None:
         if not on:
             with self._lock:
-                self._memory.clear()
+                held, self._memory = self._memory, []
+            for chunk in held:
+                chunk.close()
 
     def _target(self) -> GpuLeakTarget | None:
         if self._gpu_source is not None:
