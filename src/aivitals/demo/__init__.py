@@ -23,7 +23,15 @@ from ._models import EMBED_MODEL_NAME, DemoModels
 from ._redis import RedisServer
 from ._service import DemoService, QueueFullError
 from ._session import SoakLoad
-from ._stack import FOR_SPANS_WINDOW, QUICK_RULES, Stack, StackConfig, for_floors, scale_for
+from ._stack import (
+    FOR_SPANS_WINDOW,
+    QUICK_RULES,
+    Stack,
+    StackConfig,
+    diagnose_agent,
+    for_floors,
+    scale_for,
+)
 from ._workload import MAX_OUTPUT_TOKENS
 
 __all__ = [
@@ -44,6 +52,7 @@ __all__ = [
     "Stack",
     "StackConfig",
     "create_app",
+    "diagnose_agent",
     "for_floors",
     "scale_for",
 ]

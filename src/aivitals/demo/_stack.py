@@ -543,20 +543,10 @@ class Stack:
     def diagnose(
         self, *, window: float | None = None, end: float | None = None, rate: float | None = None
     ) -> Any:
-        from ..diagnose import diagnose
-
-        end = time.time() if end is None else end
-        span = window if window is not None else max(60.0, end - self.started_at)
-        start = end - span
-        return diagnose(
-            self.agent.store,
-            end=end,
-            window=span,
-            step=self.config.tick,
-            alerts=self.engine.history(start=start) if self.engine is not None else (),
-            events=self.agent.events(start=start) if self.agent is not None else (),
-            rate=rate,
-        )
+        return diagnose_agent(
+            self.agent, self.engine, step=self.config.tick, started_at=self.started_at,
+            window=window, end=end, rate=rate,
+        )  # fmt: skip
 
     def finding_memory(self) -> Any:
         """A ``FindingMemory`` whose hold follows the rule pack this stack runs: two of its
@@ -585,3 +575,32 @@ class Stack:
 
     def firing(self) -> list[Any]:
         return [] if self.engine is None else list(self.engine.firing())
+
+
+def diagnose_agent(
+    agent: Any,
+    engine: Any,
+    *,
+    step: float,
+    started_at: float,
+    window: float | None = None,
+    end: float | None = None,
+    rate: float | None = None,
+) -> Any:
+    """The diagnosis over an agent's store with its alert history and events, for the
+    last ``window`` seconds (default: since ``started_at``, at least a minute); the
+    demo stack and validate's outside target both read their agent this way."""
+    from ..diagnose import diagnose
+
+    end = time.time() if end is None else end
+    span = window if window is not None else max(60.0, end - started_at)
+    start = end - span
+    return diagnose(
+        agent.store,
+        end=end,
+        window=span,
+        step=step,
+        alerts=engine.history(start=start) if engine is not None else (),
+        events=agent.events(start=start) if agent is not None else (),
+        rate=rate,
+    )

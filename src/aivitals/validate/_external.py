@@ -554,20 +554,12 @@ class ExternalTarget:
     def diagnose(
         self, *, window: float | None = None, end: float | None = None, rate: float | None = None
     ) -> Any:
-        from ..diagnose import diagnose
+        from ..demo import diagnose_agent
 
-        end = time.time() if end is None else end
-        span = window if window is not None else max(60.0, end - self.started_at)
-        start = end - span
-        return diagnose(
-            self.agent.store,
-            end=end,
-            window=span,
-            step=self.config.tick,
-            alerts=self.engine.history(start=start) if self.engine is not None else (),
-            events=self.agent.events(start=start) if self.agent is not None else (),
-            rate=rate,
-        )
+        return diagnose_agent(
+            self.agent, self.engine, step=self.config.tick, started_at=self.started_at,
+            window=window, end=end, rate=rate,
+        )  # fmt: skip
 
     def query(self, expr: str) -> Sequence[Any]:
         if self.agent is None:
