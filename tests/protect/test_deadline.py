@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from aivitals.instrument import InferenceAborted, inference
 from aivitals.protect import DeadlineMiddleware
+from aivitals.protect._deadline import DEADLINE_SCOPE_KEY
 
 from ._asgi import call, sample
 
@@ -80,6 +81,24 @@ async def test_deadline_aborts_the_generation_within_one_step() -> None:
     assert len([t for t in gen.steps if t > gen.abort_fired_at]) <= 1
     assert gen.stopped_at - gen.abort_fired_at <= STEP + 0.1
     assert sample(registry, "request_timeouts_total", route="*", reason="deadline") == 1
+
+
+async def test_a_deadline_spent_before_the_work_began_is_reported_without_a_negative_time() -> None:
+    """Admission sets the deadline at arrival; a guard or queue may use all of it first."""
+    registry = CollectorRegistry()
+    gen = Generator(registry)
+    inner = DeadlineMiddleware(gen, registry=registry)
+
+    async def arrived_earlier(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope[DEADLINE_SCOPE_KEY] = time.monotonic() - 0.05  # spent while it waited
+        await inner(scope, receive, send)
+
+    reply = await call(arrived_earlier, chunks=[b"{}"])
+    assert reply.status == 504
+    message = reply.json()["error"]["message"]
+    assert "with 0.000 s left when it began" in message and "-" not in message, message
+    await wait_done(gen)
+    assert gen.aborted_with == "deadline"
 
 
 async def test_client_disconnect_aborts_the_generation_and_sends_nothing() -> None:

@@ -212,7 +212,11 @@ class _Run:
             await send_error(
                 self.send,
                 ErrorCode.TIMEOUT,
-                f"deadline of {self.deadline - self.begun:.3f} s passed; the work was aborted",
+                # the deadline may have been set at arrival, before a queue or the
+                # guard, so the time left when the work began can be below zero
+                f"the request's deadline passed {elapsed:.3f} s into the work, with "
+                f"{max(0.0, self.deadline - self.begun):.3f} s left when it began; "
+                "the work was aborted",
                 request_id=self.request_id,
             )
 
