@@ -10,7 +10,8 @@ thresholds and signatures:
   model workers), the same way.
 
 Each runs every single fault (no pairs), with the services' chaos hooks opened by a token
-this run makes (so the in-process faults the hook carries apply). Per service, every fault
+this run makes (so the in-process faults the hook carries apply) and their per-worker JSON
+logs given to ``--log`` (so the log check runs). Per service, every fault
 is one of: *caught* (the case passed every strict check: impact, expected alerts,
 diagnosis on every poll, resolution, no false page), *missed* (a check failed, or the case
 ended in an error), or *not tested* (the fault cannot apply to that service, with the
@@ -203,7 +204,7 @@ def _serve(cmd: list[str], cwd: Path, tmp: Path, token: str, metrics: str, loads
     try:
         _wait_ready(proc, url, metrics, loads)
         yield url, ["--target", url, "--request", str(request), "--metrics-path", metrics,
-                    "--chaos-token", token]  # fmt: skip
+                    "--chaos-token", token, "--log", str(tmp / "logs")]  # fmt: skip
     finally:
         _stop(proc)
 

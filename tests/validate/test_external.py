@@ -273,6 +273,8 @@ def test_the_cli_refuses_bad_input_before_any_fault(tmp_path: Path) -> None:
     no_slot = tmp_path / "request.json"
     no_slot.write_text(json.dumps({"path": "/encode", "body": {"sentences": ["fixed"]}}))
     dead = f"http://127.0.0.1:{free_port()}"
+    empty = tmp_path / "logs"
+    empty.mkdir()
     cases = [
         (["--target", dead, "--request", str(no_slot)], "no {{prompt}} placeholder"),
         (["--target", dead], "say what one request to it looks like"),
@@ -282,6 +284,21 @@ def test_the_cli_refuses_bad_input_before_any_fault(tmp_path: Path) -> None:
         (
             ["--target", dead, "--openai", "chat", "--model", "m"],
             "no process on this host listens on port",
+        ),
+        (
+            [
+                "--target",
+                dead,
+                "--request",
+                str(EXAMPLE / "request.json"),
+                "--log",
+                str(tmp_path / "missing.jsonl"),
+            ],
+            "no such file or directory",
+        ),
+        (
+            ["--target", dead, "--request", str(EXAMPLE / "request.json"), "--log", str(empty)],
+            "a directory without a log file",
         ),
     ]
     for args, message in cases:

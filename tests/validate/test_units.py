@@ -137,15 +137,15 @@ def test_log_check_requires_the_structured_fields(tmp_path: Path) -> None:
     }
     log = tmp_path / "service.jsonl"
     _write_log(log, [full, {**full, "request_id": None}, {"event": "fine", "error_code": None}])
-    check = _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes)
+    check = _log_check(log, {}, SCENARIOS["gpu_oom"].error_codes)
     assert check.ok is False and "1 of 2" in check.text
     _write_log(log, [full])
-    assert _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes).ok is True
+    assert _log_check(log, {}, SCENARIOS["gpu_oom"].error_codes).ok is True
     _write_log(log, [{**full, "error_code": "TIMEOUT"}])
-    missing = _log_check(log, 0, SCENARIOS["gpu_oom"].error_codes)
+    missing = _log_check(log, {}, SCENARIOS["gpu_oom"].error_codes)
     assert missing.ok is False and "CUDA_OOM" in missing.text
     _write_log(log, [])
-    assert _log_check(log, 0, SCENARIOS["cpu_burn"].error_codes).ok is None
+    assert _log_check(log, {}, SCENARIOS["cpu_burn"].error_codes).ok is None
 
 
 class _FakeService:
@@ -832,3 +832,32 @@ def test_a_sweep_measures_the_pool_before_sizing_a_surge() -> None:
             calibrate_capacity(stack, None, seconds=0.5)
     finally:
         broken.shutdown()
+
+
+def test_log_check_reads_every_workers_file_from_where_it_ended(tmp_path: Path) -> None:
+    """A --log directory: each worker's file after its size at the fault's start, and a
+    file that appeared since from its beginning."""
+    from aivitals.validate._runner import log_offsets_of
+
+    full = {
+        "request_id": "r1",
+        "model_version": "v0.1.0",
+        "input_token_count": 3,
+        "gpu_device_id": "sim:0",
+        "error_code": "TIMEOUT",
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "w1.jsonl").write_text(json.dumps(full) + "\n")  # before the fault
+    (logs / "notes.txt").write_text(json.dumps({**full, "error_code": "CUDA_OOM"}) + "\n")
+    offsets = log_offsets_of(logs)
+    # the old line and the file that is not a log are not read: nothing new yet
+    nothing = _log_check(logs, offsets, SCENARIOS["gpu_oom"].error_codes)
+    assert nothing.ok is False and "saw: none" in nothing.text
+    (logs / "w2.jsonl").write_text(json.dumps({**full, "error_code": "CUDA_OOM"}) + "\n")
+    check = _log_check(logs, offsets, SCENARIOS["gpu_oom"].error_codes)
+    assert check.ok is True and check.data["codes"] == {"CUDA_OOM": 1}
+    with (logs / "w1.jsonl").open("a") as f:
+        f.write(json.dumps({**full, "request_id": None}) + "\n")
+    check = _log_check(logs, offsets, SCENARIOS["gpu_oom"].error_codes)
+    assert check.ok is False and "1 of 2" in check.text

@@ -152,9 +152,11 @@ __all__ = ["validate"]
 @click.option(
     "--log",
     "log_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="With --target: the service's JSON-lines log; without it the log check is not tested.",
+    help="With --target: the service's JSON-lines log, or the directory of its logs (one "
+    "file per worker: every *.jsonl, *.json and *.log in it); without it the log check is "
+    "not tested.",
 )
 def validate(
     quick: bool,

@@ -99,7 +99,8 @@ class ExternalOptions:
     run with, seconds (None: derived from the baseline the run measures);
     ``chaos_token`` opens its in-process chaos hook (None: in-process faults are not
     tested); ``dependency`` a ``(host, port)`` the drill may take down; ``log`` its JSON
-    log (None: the log check is not tested); ``concurrency`` requests in flight while
+    log, or the directory of its logs, one file per worker (None: the log check is not
+    tested); ``concurrency`` requests in flight while
     the run measures the baseline.
     """
 
@@ -133,6 +134,19 @@ class ExternalOptions:
             raise ConfigError("--chaos-token: empty; give the token the chaos hook checks")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency {self.concurrency!r}: expected at least 1")
+        if self.log is not None:
+            from ._runner import LOG_SUFFIXES, log_files
+
+            if not self.log.exists():
+                raise ConfigError(
+                    f"--log {str(self.log)!r}: no such file or directory; give the service's "
+                    "JSON-lines log, or the directory its workers write theirs in"
+                )
+            if self.log.is_dir() and not log_files(self.log):
+                raise ConfigError(
+                    f"--log {str(self.log)!r}: a directory without a log file in it (looked "
+                    f"for {', '.join('*' + x for x in LOG_SUFFIXES)})"
+                )
 
     @property
     def base(self) -> str:

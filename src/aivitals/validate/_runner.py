@@ -640,7 +640,7 @@ def _scenario(
     time.sleep(max(_baseline(config, s) for s in c.scenarios))
 
     log_path = stack.service.log_path
-    log_offset = 0 if log_path is None else _size(log_path)
+    log_offsets = {} if log_path is None else log_offsets_of(log_path)
     fault_max = _fault_phase(stack, config, c, expect)
     beyond = _beyond_reach(stack, c, result, fault_max)
     if beyond:
@@ -681,7 +681,7 @@ def _scenario(
         _diagnosis_check(watch, expect),
         _log_check(
             log_path,
-            log_offset,
+            log_offsets,
             tuple(code for s in c.scenarios for code in s.error_codes),
         ),
     ]
@@ -1329,20 +1329,40 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _log_check(path: Path | None, offset: int, codes_wanted: tuple[str, ...]) -> Check:
-    """The error log lines written during the fault: structured, and carrying one of
-    ``codes_wanted`` (the codes the case's faults must produce) when there are any.
-    No log (``--target`` without ``--log``): not tested, which is neither a pass nor a
-    fail."""
+#: What counts as a log file in a ``--log`` directory (a service writing one per worker).
+LOG_SUFFIXES = (".jsonl", ".json", ".log")
+
+
+def log_files(path: Path) -> list[Path]:
+    """The JSON-lines logs ``path`` names: itself, or each log file of a directory (a
+    service of several workers writes one per process; a worker started mid-run adds
+    one)."""
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in LOG_SUFFIXES and p.is_file())
+    return [path]
+
+
+def log_offsets_of(path: Path) -> dict[Path, int]:
+    """Where each log file ends now: the fault's lines are the ones written after."""
+    return {f: _size(f) for f in log_files(path)}
+
+
+def _log_check(
+    path: Path | None, offsets: Mapping[Path, int], codes_wanted: tuple[str, ...]
+) -> Check:
+    """The error log lines written during the fault (after ``offsets``; a file that
+    appeared since, from its start): structured, and carrying one of ``codes_wanted``
+    (the codes the case's faults must produce) when there are any. No log (``--target``
+    without ``--log``): not tested, which is neither a pass nor a fail."""
     if path is None:
         return Check(
             "logs",
             None,
-            "not tested: no log of the service given (--log FILE, its JSON lines), so its "
-            "error lines were not checked",
+            "not tested: no log of the service given (--log FILE or DIRECTORY, its JSON "
+            "lines), so its error lines were not checked",
             {"not_tested": True},
         )
-    lines = _error_lines(path, offset)
+    lines = [r for f in log_files(path) for r in _error_lines(f, offsets.get(f, 0))]
     codes: dict[str, int] = {}
     incomplete = 0
     background = 0
