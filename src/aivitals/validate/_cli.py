@@ -158,6 +158,20 @@ __all__ = ["validate"]
     "file per worker: every *.jsonl, *.json and *.log in it); without it the log check is "
     "not tested.",
 )
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    default=None,
+    help="With --target: read the alerts and run the diagnosis on your Prometheus (it "
+    "scrapes the service and has aivitals' rules loaded) instead of the embedded agent's; "
+    "a full run only (its rules run at their own windows).",
+)
+@click.option(
+    "--alertmanager",
+    metavar="URL",
+    default=None,
+    help="With --prometheus: an alert counts as fired once this Alertmanager holds it.",
+)
 def validate(
     quick: bool,
     scenarios: str | None,
@@ -184,6 +198,8 @@ def validate(
     chaos_token: str | None,
     dependency: str | None,
     log_file: Path | None,
+    prometheus: str | None,
+    alertmanager: str | None,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
 
@@ -212,6 +228,8 @@ def validate(
         chaos_token=chaos_token,
         dependency=dependency,
         log_file=log_file,
+        prometheus=prometheus,
+        alertmanager=alertmanager,
     )
     if options is not None and list_only:
         from ._external import why_not
@@ -298,6 +316,8 @@ def _target_options(
     chaos_token: str | None,
     dependency: str | None,
     log_file: Path | None,
+    prometheus: str | None = None,
+    alertmanager: str | None = None,
 ) -> Any:
     """The user's service (``ExternalOptions``) from ``--target`` and the options that go
     with it; None without ``--target``, where those options are refused."""
@@ -309,6 +329,8 @@ def _target_options(
         "--sla": sla,
         "--dependency": dependency,
         "--log": log_file,
+        "--prometheus": prometheus,
+        "--alertmanager": alertmanager,
     }
     if metrics_path != "/metrics":
         given["--metrics-path"] = metrics_path
@@ -335,6 +357,8 @@ def _target_options(
         chaos_token=chaos_token,
         dependency=None if dependency is None else parse_dependency(dependency),
         log=log_file,
+        prometheus=prometheus,
+        alertmanager=alertmanager,
     )
 
 

@@ -64,6 +64,13 @@ class ValidateConfig:
                 "--target runs the drill on your service: --sweep and --record are for the "
                 "demo stack (its simulated magnitudes and labelled recordings)"
             )
+        if self.target is not None and self.target.prometheus is not None and self.quick:
+            raise ConfigError(
+                "--prometheus with --quick: your Prometheus evaluates its rules at their own "
+                "windows and for: durations, and a quick run compresses them only in the "
+                "embedded agent, so every alert held for minutes would be a miss; run "
+                "without --quick"
+            )
         if self.gpu not in ("auto", "sim", "nvml"):
             raise ConfigError(f"gpu={self.gpu!r}: expected auto, sim or nvml")
         for key in ("baseline", "fault_min", "fault_max", "recover_max"):

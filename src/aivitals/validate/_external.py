@@ -38,6 +38,7 @@ import psutil
 from ..errors import AivitalsError, ConfigError, ServiceError
 from ..load import RequestTemplate, check_target, is_loopback_host, split_url
 from ..timescale import TimeScale
+from ._remote import RemoteAlerts
 
 if TYPE_CHECKING:
     from ..chaos import FaultContext
@@ -100,8 +101,9 @@ class ExternalOptions:
     ``chaos_token`` opens its in-process chaos hook (None: in-process faults are not
     tested); ``dependency`` a ``(host, port)`` the drill may take down; ``log`` its JSON
     log, or the directory of its logs, one file per worker (None: the log check is not
-    tested); ``concurrency`` requests in flight while
-    the run measures the baseline.
+    tested); ``prometheus`` and ``alertmanager`` where the user's monitoring evaluates
+    and delivers the alerts (None: the embedded agent's engine, ``_remote``);
+    ``concurrency`` requests in flight while the run measures the baseline.
     """
 
     url: str
@@ -112,6 +114,8 @@ class ExternalOptions:
     chaos_token: str | None = None
     dependency: tuple[str, int] | None = None
     log: Path | None = None
+    prometheus: str | None = None
+    alertmanager: str | None = None
     concurrency: int = 2
 
     def __post_init__(self) -> None:
@@ -134,6 +138,14 @@ class ExternalOptions:
             raise ConfigError("--chaos-token: empty; give the token the chaos hook checks")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency {self.concurrency!r}: expected at least 1")
+        for flag, url in (("--prometheus", self.prometheus), ("--alertmanager", self.alertmanager)):
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ConfigError(f"{flag} {url!r}: expected an http:// or https:// URL")
+        if self.alertmanager is not None and self.prometheus is None:
+            raise ConfigError(
+                "--alertmanager: give --prometheus too (the Prometheus whose rules send to "
+                "it: pending alerts and the rules are read there)"
+            )
         if self.log is not None:
             from ._runner import LOG_SUFFIXES, log_files
 
@@ -414,6 +426,16 @@ class ExternalTarget:
         self.engine: Any = None
         self.pack: Any = None
         self.memory: Any = None
+        #: the user's Prometheus (and Alertmanager) alerts, with --prometheus
+        self.remote: RemoteAlerts | None = None
+        if options.prometheus is not None:
+            from ..tsdb import PrometheusBackend
+
+            self.remote = RemoteAlerts(
+                PrometheusBackend(options.prometheus, timeout=10.0),
+                options.alertmanager,
+                interval=self.config.tick,
+            )
         self.started_at = time.time()
         #: the service's request time in the check: what the run's first look saw
         self.check_seconds: float | None = None
@@ -458,6 +480,8 @@ class ExternalTarget:
             else:
                 _start_time(pid)
             self.check_seconds = check_answers(self.options)
+            if self.remote is not None:
+                self.remote.check(target_port=self.options.port)
             self._pid = pid
         return self._pid
 
@@ -476,6 +500,8 @@ class ExternalTarget:
         """Stop what the run started: the agent, and the temp dir of the disk faults."""
         agent, self.agent = self.agent, None
         try:
+            if self.remote is not None:
+                self.remote.stop()
             if agent is not None:
                 agent.stop()
         finally:
@@ -520,6 +546,15 @@ class ExternalTarget:
             raise ServiceError("the target's agent is already running")
         scale = self.config.scale
         self.pack = default_pack(**{**scale.rule_windows, **(rule_params or {})})
+        if self.remote is not None:
+            # the rules are the user's Prometheus'; the agent only measures the drill
+            self.agent = Agent(self._agent_config())
+            self.engine = self.remote
+            self.memory = FindingMemory(scale.hold)
+            self.agent.set_diagnosis_provider(self._live_diagnosis)
+            self.agent.start()
+            self.remote.start()
+            return
         groups = self.pack.groups
         if scale.compressed:
             groups = load_rules(
@@ -570,6 +605,19 @@ class ExternalTarget:
     ) -> Any:
         from ..demo import diagnose_agent
 
+        if self.remote is not None:
+            from ..diagnose import diagnose
+
+            end = time.time() if end is None else end
+            span = window if window is not None else max(60.0, end - self.started_at)
+            return diagnose(
+                self.remote.prometheus,
+                end=end,
+                window=span,
+                alerts=self.remote.history(start=end - span),
+                events=self.agent.events(start=end - span) if self.agent is not None else (),
+                rate=rate,
+            )
         return diagnose_agent(
             self.agent, self.engine, step=self.config.tick, started_at=self.started_at,
             window=window, end=end, rate=rate,
@@ -593,4 +641,7 @@ class ExternalTarget:
             "log": None if o.log is None else str(o.log),
             "chaos_hook": bool(o.chaos_token),
             "gpu": self.config.gpu_backend,
+            "alerts_from": "the embedded agent's engine"
+            if self.remote is None
+            else self.remote.describe(),
         }
