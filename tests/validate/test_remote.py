@@ -188,7 +188,8 @@ def test_with_alertmanager_an_alert_fires_when_alertmanager_holds_it(scripted: A
     answers["/api/v2/alerts"] = []
     remote.poll(now=T0 + 5)  # Prometheus fires it; the pipeline does not hold it yet
     assert [e.state for e in remote.history()] == ["pending"]
-    labels = _alert("HostCPUSaturated", "firing")["labels"]
+    # Prometheus' external labels ride along to Alertmanager: still the same alert
+    labels = {**_alert("HostCPUSaturated", "firing")["labels"], "cluster": "eu-1"}
     answers["/api/v2/alerts"] = [{"labels": labels, "startsAt": "2026-12-07T06:30:03Z"}]
     remote.poll(now=T0 + 8)
     assert [(e.state, e.at - T0) for e in remote.history()] == [("pending", 0.5), ("firing", 3.0)]

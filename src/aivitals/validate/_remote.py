@@ -229,8 +229,8 @@ class RemoteAlerts:
                 name = labels.get("alertname", "")
                 active_at = _ts(a.get("activeAt")) or now
                 if delivered is not None:
-                    firing = key in delivered
-                    fired_at = max(active_at, delivered.get(key) or now) if firing else None
+                    firing, starts = _held(labels, delivered)
+                    fired_at = max(active_at, starts or now) if firing else None
                 else:
                     firing = a.get("state") == "firing"
                     fired_at = min(now, active_at + fors.get(name, 0.0)) if firing else None
@@ -267,19 +267,19 @@ class RemoteAlerts:
         alerts = r.json()["data"]["alerts"]
         return [a for a in alerts if isinstance(a, dict)]
 
-    def _am_firing(self) -> dict[str, float | None]:
-        """Alertmanager's active alerts: fingerprint of labels -> startsAt."""
+    def _am_firing(self) -> list[tuple[dict[str, str], float | None]]:
+        """Alertmanager's active alerts: their labels and ``startsAt`` (Prometheus sends
+        the time the alert fired)."""
         r = httpx.get(
             f"{self.alertmanager}/api/v2/alerts",
             params={"active": "true", "silenced": "true", "inhibited": "true"},
             timeout=self.timeout,
         )
         r.raise_for_status()
-        out: dict[str, float | None] = {}
-        for a in r.json():
-            labels = {str(k): str(v) for k, v in (a.get("labels") or {}).items()}
-            out[",".join(f"{k}={v}" for k, v in sorted(labels.items()))] = _ts(a.get("startsAt"))
-        return out
+        return [
+            ({str(k): str(v) for k, v in (a.get("labels") or {}).items()}, _ts(a.get("startsAt")))
+            for a in r.json()
+        ]
 
     # -- what validate reads ---------------------------------------------------------------
     def history(self, start: float | None = None, end: float | None = None) -> list[AlertEvent]:
@@ -307,6 +307,17 @@ class RemoteAlerts:
             "failed_polls": self.failed_polls,
             "last_error": self.last_error,
         }
+
+
+def _held(
+    labels: Mapping[str, str], delivered: list[tuple[dict[str, str], float | None]]
+) -> tuple[bool, float | None]:
+    """Whether Alertmanager holds the alert with ``labels``, and its ``startsAt``. Its
+    labels may add to Prometheus' (the external labels Prometheus sends with them)."""
+    for held, starts in delivered:
+        if all(held.get(k) == v for k, v in labels.items()):
+            return True, starts
+    return False, None
 
 
 def _value(raw: Any) -> float:
