@@ -61,6 +61,43 @@ def test_a_held_finding_missing_for_one_poll_is_not_gone() -> None:
     assert held.flips == 0 and all(p.top == "timeouts_not_aborting" for p in held.polls[1:])
 
 
+def test_a_blocked_loop_is_not_read_as_network_latency() -> None:
+    """A blocked event loop slows the callers' probe and the agent's loopback scrape alike;
+    network latency slows only the callers' path. The loopback scrape contradicts
+    network_latency on the blocked loop's recording and never on network_latency's own."""
+    from aivitals.diagnose import HIGH_CONFIDENCE, diagnose
+
+    def finding(rec: object, after_s: float) -> object:
+        label = rec.label  # type: ignore[attr-defined]
+        t = float(label["t_fault"]) + after_s
+        d = diagnose(
+            rec.store(),  # type: ignore[attr-defined]
+            end=t,
+            window=max(15.0, t - float(label["t_baseline"])),
+            step=rec.tick,  # type: ignore[attr-defined]
+            alerts=[a for a in rec.alerts if a.at <= t],  # type: ignore[attr-defined]
+            rate=rec.diagnosis_rate,  # type: ignore[attr-defined]
+        )
+        return next(f for f in d.findings if f.signature == "network_latency")
+
+    def loopback_held(f: object) -> bool:
+        return any(
+            e.role == "contradicting" and "loopback" in e.says and e.held
+            for e in f.evidence  # type: ignore[attr-defined]
+        )
+
+    blocked = next(r for r in RECORDINGS if r.path.parent.name.endswith("scrapes-time-out"))
+    f = finding(blocked, 8.2)  # the probe waits on the loop: its required evidence holds
+    assert loopback_held(f) and f.confidence < HIGH_CONFIDENCE  # type: ignore[attr-defined]
+    assert replay(blocked).polls[2].top == "event_loop_blocked"  # named from 11 s, not 17
+    for rec in RECORDINGS:
+        if rec.name.split("@")[0] == "network_latency":
+            r = replay(rec)
+            assert r.first is not None, rec.name
+            f = finding(rec, r.polls[r.first].after_s)
+            assert not loopback_held(f), rec.name
+
+
 def _poll(top: str, matched: bool, quiet: bool = False) -> ReplayedPoll:
     return ReplayedPoll(0.0, top, 0.9, matched, quiet)
 
