@@ -47,12 +47,13 @@ def _scrape(client: httpx.Client, url: str, *, settled: int) -> str:
 
     A worker hands the last byte to the client before it sees the end of the
     response iterable and records the request, so a scrape answered by the
-    other worker a moment later may not count it yet.
+    other worker a moment later may not count it yet. It records the duration,
+    then the body sizes: the response size, recorded last, says it is done.
     """
     deadline = time.monotonic() + 10
     while True:
         text = client.get(f"{url}/metrics").text
-        done = _total(text, "http_request_duration_seconds_count") >= settled
+        done = _total(text, "http_response_body_size_bytes_count") >= settled
         if done and _total(text, "http_requests_in_flight") == 0:
             return text
         if time.monotonic() > deadline:

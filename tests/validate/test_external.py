@@ -554,7 +554,9 @@ def test_validate_target_runs_an_outside_fault_on_the_bento_service(tmp_path: Pa
     logs.mkdir()
     drop = {"PROMETHEUS_MULTIPROC_DIR", "AIVITALS_CHAOS_TOKEN"}
     env = {k: v for k, v in os.environ.items() if k.upper() not in drop}
-    env.update(PYTHONPATH=str(REPO / "src"), ENCODE_LOG_DIR=str(logs), TMPDIR=str(tmp_path),
+    # no TMPDIR of the test's: BentoML's Unix sockets go there, and a socket path is
+    # bounded (108 bytes); its metrics directory is under BENTOML_HOME
+    env.update(PYTHONPATH=str(REPO / "src"), ENCODE_LOG_DIR=str(logs),
                BENTOML_HOME=str(tmp_path / "bentoml"), BENTOML_DO_NOT_TRACK="True")  # fmt: skip
     bentoml = str(Path(sys.executable).with_name("bentoml"))
     cmd = [bentoml, "serve", "service:EncodeAPI", "--host", "127.0.0.1", "--port", str(port)]
