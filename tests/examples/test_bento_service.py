@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests._paths import REPO
 from tests._servers import free_port
+from tests.examples._common import agent as run_agent
+from tests.examples._common import query, stop_group, total
 
 pytest.importorskip("bentoml")
 pytest.importorskip("sentence_transformers")
@@ -52,30 +52,6 @@ class Service:
     logs: Path
 
 
-def _total(text: str, name: str, **labels: str) -> float:
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    # the arbiter and its workers share the session started for it
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(5)
-
-
 def _wait_loaded(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     """Until every model worker has loaded its model and the API answers."""
     deadline = time.monotonic() + 180  # three worker starts and two model loads on 2 cores
@@ -85,7 +61,7 @@ def _wait_loaded(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
         try:
             text = httpx.get(f"{url}{METRICS}", timeout=2).text
             ready = httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-            if ready and _total(text, "model_loads_total", mode="cold") >= MODEL_WORKERS:
+            if ready and total(text, "model_loads_total", mode="cold") >= MODEL_WORKERS:
                 return
         except httpx.HTTPError:
             pass
@@ -130,7 +106,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         _wait_loaded(proc, url, log)
         yield Service(url, port, proc.pid, logs)
     finally:
-        _stop_group(proc)
+        stop_group(proc, wait=30)
     # aivitals made no metrics directory of its own: BentoML's is the one its workers share
     assert not list(tmp.glob("aivitals-prometheus-*/*")), "aivitals files left after the stop"
 
@@ -154,8 +130,8 @@ def _scrape(client: httpx.Client, url: str, *, name: str, at_least: float, **lab
     deadline = time.monotonic() + 10
     while True:
         text = client.get(f"{url}{METRICS}").text
-        settled = _total(text, "http_requests_in_flight") == 0
-        if (_total(text, name, **labels) >= at_least and settled) or time.monotonic() > deadline:
+        settled = total(text, "http_requests_in_flight") == 0
+        if (total(text, name, **labels) >= at_least and settled) or time.monotonic() > deadline:
             return text
         time.sleep(0.05)
 
@@ -194,7 +170,7 @@ def test_model_workers_metrics_reach_the_api_workers_exposition(service: Service
         with ThreadPoolExecutor(n) as pool:
             answers = list(pool.map(one, ids))
         ok = {"route": "/encode", "status": "200"}
-        wanted = _total(before, "http_request_duration_seconds_count", **ok) + n
+        wanted = total(before, "http_request_duration_seconds_count", **ok) + n
         after = _scrape(
             client, service.url, name="http_request_duration_seconds_count", at_least=wanted, **ok
         )
@@ -202,7 +178,7 @@ def test_model_workers_metrics_reach_the_api_workers_exposition(service: Service
     assert [r.headers["x-request-id"] for r in answers] == ids  # honoured and echoed
 
     def grew(name: str, **labels: str) -> float:
-        return _total(after, name, **labels) - _total(before, name, **labels)
+        return total(after, name, **labels) - total(before, name, **labels)
 
     assert grew("http_request_duration_seconds_count", **ok) == n
     # every sentence went through a model worker: three tokens each, counted there
@@ -211,7 +187,7 @@ def test_model_workers_metrics_reach_the_api_workers_exposition(service: Service
     # adaptive batching: concurrent requests shared forward passes
     assert 1 <= passes < n, passes
     # both model workers loaded their own copy, and each process is exposed by pid
-    assert _total(after, "model_loads_total", mode="cold", model=MODEL) == MODEL_WORKERS
+    assert total(after, "model_loads_total", mode="cold", model=MODEL) == MODEL_WORKERS
     pids = {
         s.labels["pid"]
         for fam in text_string_to_metric_families(after)
@@ -282,7 +258,7 @@ def test_the_guard_refuses_bad_input_before_the_model(
     assert r.json()["error"]["code"] == code
     assert r.json()["request_id"] == r.headers["x-request-id"]
     passes = "model_inference_time_seconds_count"
-    assert _total(after, passes) == _total(before, passes)
+    assert total(after, passes) == total(before, passes)
 
 
 def test_bentomls_own_validation_answers_the_wrong_shape(service: Service) -> None:
@@ -296,42 +272,9 @@ def test_bentomls_own_validation_answers_the_wrong_shape(service: Service) -> No
 
 @pytest.fixture(scope="module")
 def agent(service: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The README's ``aivitals agent --port ... --scrape ...``, scraping every second
-    and without rules (they are not what is checked here, and cost CPU)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "aivitals.cli", "agent", "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--port", str(service.port), "--scrape", f"encode={service.url}{METRICS}"]
-    cmd += ["--scrape-interval", "1s", "--gpu", "none", "--no-kernel-log", "--no-rules"]
     log = tmp_path_factory.mktemp("agent") / "agent.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the agent exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the agent is not ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with run_agent(service.port, f"{service.url}{METRICS}", log) as url:
         yield url
-    finally:
-        _stop_group(proc)
-
-
-def _query(agent: str, promql: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{agent}/api/v1/query", params={"query": promql}, timeout=10).json()
-    assert answer["status"] == "success", answer
-    result: list[dict[str, Any]] = answer["data"]["result"]
-    return result
 
 
 def test_the_agent_follows_the_arbiter_and_every_worker(service: Service, agent: str) -> None:
@@ -349,7 +292,7 @@ def test_the_agent_follows_the_arbiter_and_every_worker(service: Service, agent:
         # the agent's own process collector's series (a scraped series has a job label)
         own = {
             r["metric"]["pid"]: r["metric"].get("role", "")
-            for r in _query(agent, "service_process_resident_memory_bytes")
+            for r in query(agent, "service_process_resident_memory_bytes")
             if "job" not in r["metric"]
         }
         if workers <= set(own) and str(service.pid) in own:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests._paths import REPO
 from tests._servers import free_port
+from tests.examples._common import agent as run_agent
+from tests.examples._common import query, stop_group, total
 
 pytest.importorskip("gunicorn")
 pytest.importorskip("flask")
@@ -51,30 +52,6 @@ class Service:
     logs: Path
 
 
-def _total(text: str, name: str, **labels: str) -> float:
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    # gunicorn's master and its workers share the session started for it
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(5)
-
-
 def _wait_both_loaded(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
     """Until every worker has loaded its model: each counts one cold load."""
     deadline = time.monotonic() + 120  # two model loads on a busy 2-core machine
@@ -85,7 +62,7 @@ def _wait_both_loaded(proc: subprocess.Popen[bytes], url: str, log: Path) -> Non
             )
         try:
             text = httpx.get(f"{url}/metrics", timeout=2).text
-            if _total(text, "model_loads_total", mode="cold") >= WORKERS:
+            if total(text, "model_loads_total", mode="cold") >= WORKERS:
                 return
         except httpx.HTTPError:
             pass
@@ -119,7 +96,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         _wait_both_loaded(proc, url, log)
         yield Service(url, port, proc.pid, logs)
     finally:
-        _stop_group(proc)
+        stop_group(proc)
     # on_exit removed the directory it made: nothing of this run is left behind
     assert not list(tmp.rglob("*.db")), "multiprocess files left after the stop"
 
@@ -153,8 +130,8 @@ def _scrape(client: httpx.Client, url: str, *, name: str, at_least: float, **lab
     deadline = time.monotonic() + 10
     while True:
         text = client.get(f"{url}/metrics").text
-        settled = _total(text, "http_requests_in_flight") == 0
-        if (_total(text, name, **labels) >= at_least and settled) or time.monotonic() > deadline:
+        settled = total(text, "http_requests_in_flight") == 0
+        if (total(text, name, **labels) >= at_least and settled) or time.monotonic() > deadline:
             return text
         time.sleep(0.05)
 
@@ -191,7 +168,7 @@ def test_every_workers_requests_are_in_one_scrape_and_logged(service: Service) -
         with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(one, ids))
         ok = {"route": "/encode", "status": "200"}
-        wanted = _total(before, "http_request_duration_seconds_count", **ok) + n
+        wanted = total(before, "http_request_duration_seconds_count", **ok) + n
         after = _scrape(
             client, service.url, name="http_request_duration_seconds_count", at_least=wanted, **ok
         )
@@ -199,7 +176,7 @@ def test_every_workers_requests_are_in_one_scrape_and_logged(service: Service) -
     assert [r.headers["x-request-id"] for r in answers] == ids  # honoured and echoed
 
     def grew(name: str, **labels: str) -> float:
-        return _total(after, name, **labels) - _total(before, name, **labels)
+        return total(after, name, **labels) - total(before, name, **labels)
 
     # each request once, whichever worker answered it and whichever answered the scrape
     assert grew("http_request_duration_seconds_count", **ok) == n
@@ -207,9 +184,9 @@ def test_every_workers_requests_are_in_one_scrape_and_logged(service: Service) -
     assert grew("model_inference_time_seconds_count", model=MODEL, device="cpu") == n
     assert grew("model_inference_wall_time_seconds_count", model=MODEL) == n
     assert grew("model_input_tokens_sum", model=MODEL) == 3 * n
-    assert _total(after, "http_requests_in_flight") == 0
-    assert _total(after, "model_inferences_in_progress") == 0
-    assert _total(after, "model_loads_total", model=MODEL, mode="cold") == WORKERS
+    assert total(after, "http_requests_in_flight") == 0
+    assert total(after, "model_inferences_in_progress") == 0
+    assert total(after, "model_loads_total", model=MODEL, mode="cold") == WORKERS
 
     lines = _log_lines(service.logs, set(ids))
     by_worker = {
@@ -261,7 +238,7 @@ def test_the_guard_refuses_over_long_and_malformed_inputs_before_the_model(
         wrong_shape = client.post(f"{url}/encode", json={"sentences": "not a list"})
         # the last two answers were 400s: wait until both are recorded
         bad = {"route": "/encode", "status": "400"}
-        wanted = _total(before, "http_request_duration_seconds_count", **bad) + 2
+        wanted = total(before, "http_request_duration_seconds_count", **bad) + 2
         after = _scrape(
             client, url, name="http_request_duration_seconds_count", at_least=wanted, **bad
         )
@@ -290,7 +267,7 @@ def test_the_guard_refuses_over_long_and_malformed_inputs_before_the_model(
     assert [statuses.get(k) for k in refused] == [422, 413, 400]
 
     def grew(name: str, **labels: str) -> float:
-        return _total(after, name, **labels) - _total(before, name, **labels)
+        return total(after, name, **labels) - total(before, name, **labels)
 
     assert grew("input_rejections_total", reason="INPUT_TOO_MANY_TOKENS") == 1
     assert grew("input_rejections_total", reason="INPUT_TOO_LARGE") == 1
@@ -349,47 +326,14 @@ def test_an_idle_sync_worker_serves_even_an_unmeetable_deadline(service: Service
 
 @pytest.fixture(scope="module")
 def agent(service: Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The README's ``aivitals agent --port ... --scrape ...``, scraping every second
-    and without rules (they are not what is checked here, and cost CPU)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "aivitals.cli", "agent", "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--port", str(service.port), "--scrape", f"encode={service.url}/metrics"]
-    cmd += ["--scrape-interval", "1s", "--gpu", "none", "--no-kernel-log", "--no-rules"]
     log = tmp_path_factory.mktemp("agent") / "agent.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the agent exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the agent is not ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with run_agent(service.port, f"{service.url}/metrics", log) as url:
         yield url
-    finally:
-        _stop_group(proc)
-
-
-def _query(agent: str, promql: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{agent}/api/v1/query", params={"query": promql}, timeout=10).json()
-    assert answer["status"] == "success", answer
-    result: list[dict[str, Any]] = answer["data"]["result"]
-    return result
 
 
 def _own_process_series(agent: str) -> list[dict[str, Any]]:
     """The agent's own process collector's series (a scraped series has a job label)."""
-    found = _query(agent, "service_process_resident_memory_bytes")
+    found = query(agent, "service_process_resident_memory_bytes")
     return [r["metric"] for r in found if "job" not in r["metric"]]
 
 
@@ -400,13 +344,13 @@ def test_the_agent_stores_every_workers_requests_through_one_scrape(
         for _ in range(6):
             _encode(client, service.url, ["hello"])
         text = _scrape(client, service.url, name="http_request_duration_seconds_count", at_least=6)
-    expected = _total(text, "http_request_duration_seconds_count", route="/encode")
+    expected = total(text, "http_request_duration_seconds_count", route="/encode")
     promql = 'sum(http_request_duration_seconds_count{job="encode", route="/encode"})'
     deadline = time.monotonic() + 20
     stored = -1.0
     while stored != expected and time.monotonic() < deadline:
         time.sleep(0.5)
-        stored = sum(float(r["value"][1]) for r in _query(agent, promql))
+        stored = sum(float(r["value"][1]) for r in query(agent, promql))
     assert stored == expected
     # --port found the service: the process that listens on it
     assert str(service.pid) in {m["pid"] for m in _own_process_series(agent)}
