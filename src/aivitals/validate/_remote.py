@@ -219,6 +219,8 @@ class RemoteAlerts:
                 self.failed_polls += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
             return
+        from ..alerts import AlertEvent
+
         fors = {r.alert: r.for_ for g in self.groups for r in g.alerting_rules}
         with self._lock:
             seen: set[str] = set()
@@ -240,8 +242,6 @@ class RemoteAlerts:
                     continue
                 if old is not None and old.state == "firing":
                     continue  # Alertmanager lags a resolve: firing holds until it is gone
-                from ..alerts import AlertEvent
-
                 event = AlertEvent(
                     alertname=name,
                     labels=labels,
