@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,38 @@ def test_a_for_floor_never_raises_the_shipped_for_and_leaves_other_rules_alone()
     assert got == fors
     assert for_floors(PackParams()) == {"CacheHitRatioDrop": 60.0}
     assert set(FOR_SPANS_WINDOW) <= set(pack.alert_names)
+
+
+#: A quick event_loop_blocked case (SLA 0.19 s, calibrated) in which one inference of
+#: ~0.5 s among the 9-14 of an 8 s window held the window's P99 (its maximum) over twice
+#: the SLA for 7 evaluations, and the 2 s ``for:`` paged InferenceLatencyHigh (P1).
+ONE_SLOW = (
+    FIXTURES / "recordings" / "event-loop-blocked-one-slow-inference" / "event_loop_blocked.json"
+)
+#: A quick gpu_contention (x8 on every inference step): every window slow.
+CONTENTION = REPO / "benchmarks" / "recordings" / "gpu_contention.json"
+
+
+def _inference_rule(sla: float) -> AlertingRule:
+    return _alert({**QUICK_RULES, "sla_seconds": sla}, "InferenceLatencyHigh")
+
+
+def test_one_slow_inference_in_a_sparse_window_does_not_page_and_a_slowdown_does() -> None:
+    rule = _inference_rule(0.19)
+    assert rule.for_ == 2.0
+    rec = load_recording(ONE_SLOW)
+    t0 = float(rec.start)
+    fault = float(rec.label["t_fault"]) - t0
+    revert = float(rec.label["t_revert"]) - t0
+    # the hazard is in the data: the window's P99 alone held over 2 x SLA past the for:
+    p99_only = replace(rule, expr="job_model:model_inference_time_seconds:p99_8s > 2 * 0.19")
+    assert _fires(p99_only, ONE_SLOW, fault, revert + 10), "the recording no longer holds it"
+    assert _fires(rule, ONE_SLOW, fault, revert + 10) == []
+    # a window that is slow because every inference is slow is slow in the window before
+    # it too: gpu_contention still pages, one window (8 s) later than the P99 alone
+    contention = load_recording(CONTENTION)
+    c0 = float(contention.start)
+    c_fault = float(contention.label["t_fault"]) - c0
+    c_revert = float(contention.label["t_revert"]) - c0
+    fired = _fires(_inference_rule(0.25), CONTENTION, c_fault, c_revert)
+    assert fired and fired[0] - c_fault <= 15.0, (fired, c_fault)

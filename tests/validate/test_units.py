@@ -861,3 +861,42 @@ def test_log_check_reads_every_workers_file_from_where_it_ended(tmp_path: Path) 
         f.write(json.dumps({**full, "request_id": None}) + "\n")
     check = _log_check(logs, offsets, SCENARIOS["gpu_oom"].error_codes)
     assert check.ok is False and "1 of 2" in check.text
+
+
+def test_an_alert_active_before_the_fault_is_explained_as_such_not_as_a_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A miss whose alert already fired in the baseline (a host saturated by other work)
+    says so: its peak crossed, its condition held, and neither is the fault's doing."""
+    from types import SimpleNamespace
+
+    from aivitals.alerts import AlertEvent
+    from aivitals.validate import _runner
+
+    rule = SimpleNamespace(alert="HostCPUSaturated", expr="x > 0.9", for_=5.0)
+    labels = {"alertname": "HostCPUSaturated", "severity": "P1"}
+    history: list[AlertEvent] = []
+
+    def event(state: Any, at: float) -> AlertEvent:
+        resolved = at if state == "resolved" else None
+        return AlertEvent("HostCPUSaturated", labels, {}, state, 90.0, 95.0, resolved, 1.0)
+
+    def in_range(start: float | None = None, end: float | None = None) -> list[AlertEvent]:
+        return [
+            e for e in history if (start is None or e.at >= start) and (end is None or e.at <= end)
+        ]
+
+    stack: Any = SimpleNamespace(
+        engine=SimpleNamespace(groups=[SimpleNamespace(alerting_rules=[rule])], history=in_range)
+    )
+    monkeypatch.setattr(_runner, "_peak", lambda *a, **k: (0.5, 0.9, ">"))
+    history += [event("pending", 90.0), event("firing", 95.0)]
+    check = _runner._never_fired(stack, "HostCPUSaturated", 100.0, 130.0, 25.0)
+    assert check.ok is False
+    assert "already active when the fault began (since 10 s before it)" in check.text
+    assert check.data == {"active_before_s": 10.0}
+    # resolved before the fault: the usual explanation follows (here from the peak)
+    history.append(event("resolved", 98.0))
+    check = _runner._never_fired(stack, "HostCPUSaturated", 100.0, 130.0, 25.0)
+    assert check.ok is False
+    assert "never crossed the threshold (peak 0.5 <= 0.9)" in check.text

@@ -21,6 +21,7 @@ from ._scenarios import SCENARIOS, Scenario, hostable
 from ._target import ValidateTarget
 
 if TYPE_CHECKING:
+    from ..alerts import AlertEvent
     from ..load import RequestTemplate
     from ._external import ExternalTarget
 
@@ -1148,6 +1149,17 @@ def _never_fired(
     rule = next((r for g in stack.engine.groups for r in g.alerting_rules if r.alert == name), None)
     if rule is None:
         return Check(f"alert:{name}", False, f"{name} is not in the rule pack")
+    since = _active_before(stack.engine.history(end=t_fault), name)
+    if since is not None:
+        # its peak would read as "crossed" and its pending as "held": neither explains it
+        return Check(
+            f"alert:{name}",
+            False,
+            f"{name} did not fire within {limit:g} s: it was already active when the fault "
+            f"began (since {max(0.0, t_fault - since):.0f} s before it), so no firing of it "
+            "can be told apart from what was there",
+            {"active_before_s": max(0.0, t_fault - since)},
+        )
     pending = any(e.alertname == name for e in stack.engine.history(start=t_fault))
     peak, threshold, op = _peak(stack, rule.expr, t_fault, t_end)
     if pending:
@@ -1166,6 +1178,17 @@ def _never_fired(
         f"{name} did not fire within {limit:g} s: {why}",
         {"peak": peak, "threshold": threshold},
     )
+
+
+def _active_before(events: Sequence[AlertEvent], name: str) -> float | None:
+    """When the earliest of ``name``'s series still pending or firing at the end of
+    ``events`` became active (None: none was)."""
+    last: dict[tuple[tuple[str, str], ...], AlertEvent] = {}
+    for e in events:
+        if e.alertname == name:
+            last[tuple(sorted(e.labels.items()))] = e
+    active = [e.active_at for e in last.values() if e.state in ("pending", "firing")]
+    return min(active) if active else None
 
 
 def _neg(op: str) -> str:
