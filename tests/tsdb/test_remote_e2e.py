@@ -149,6 +149,21 @@ def test_cli_alerts_with_basic_auth(basic_prom: Server, secrets: tuple[Pki, Path
     assert isinstance(bad.exception, BackendAuthError)
 
 
+def test_validate_reads_a_prometheus_behind_basic_auth(
+    basic_prom: Server, secrets: tuple[Pki, Path, Path]
+) -> None:
+    """validate --prometheus with the connection flags: the rules API is read with the
+    credentials (this Prometheus has none of aivitals' rules, the next refusal); without
+    them the refusal names the 401 and the flags, before any fault."""
+    from aivitals.validate._remote import RemoteAlerts
+
+    conn = _basic(secrets[1])
+    with pytest.raises(ConfigError, match=r"none of aivitals' .* alerts is loaded"):
+        RemoteAlerts(PrometheusBackend(basic_prom.url, connection=conn), connection=conn).check()
+    with pytest.raises(ConfigError, match=r"401 Unauthorized.*--basic-auth"):
+        RemoteAlerts(PrometheusBackend(basic_prom.url)).check()
+
+
 def test_cli_diagnose_refused_stops_at_once(
     basic_prom: Server, secrets: tuple[Pki, Path, Path]
 ) -> None:

@@ -39,7 +39,10 @@ class _Scripted(BaseHTTPRequestHandler):
         answers: dict[str, Any] = self.server.answers  # type: ignore[attr-defined]
         path = self.path.split("?")[0]
         body = answers.get(path)
-        if body is None:
+        token = answers.get("token")  # set: every path wants it as a bearer token
+        if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+            status, raw = 401, b"Unauthorized"
+        elif body is None:
             status, raw = 404, b"404 page not found"
         elif isinstance(body, str):
             status, raw = 200, body.encode()
@@ -195,6 +198,43 @@ def test_with_alertmanager_an_alert_fires_when_alertmanager_holds_it(scripted: A
     assert [(e.state, e.at - T0) for e in remote.history()] == [("pending", 0.5), ("firing", 3.0)]
 
 
+def test_the_connection_flags_reach_prometheus_and_alertmanager(
+    scripted: Any, tmp_path: Path
+) -> None:
+    """One token for both URLs (a monitoring stack behind one gateway); without it the
+    refusal names the flag to give, before any fault."""
+    from aivitals.tsdb import RemoteConnection
+
+    url, answers = scripted
+    answers["/api/v1/rules"] = _rules(("HostCPUSaturated", 0.0))
+    answers["/api/v2/status"] = {"versionInfo": {"version": "0.25.0"}}
+    answers["/api/v1/alerts"] = _alerts(_alert("HostCPUSaturated", "firing"))
+    held = _alert("HostCPUSaturated", "firing")["labels"]
+    answers["/api/v2/alerts"] = [{"labels": held, "startsAt": "2026-12-07T06:30:03Z"}]
+    answers["token"] = "s3cret"
+    with pytest.raises(ConfigError, match=r"401.*--bearer-token-file"):
+        RemoteAlerts(PrometheusBackend(url), url).check()
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    conn = RemoteConnection(bearer_token_file=token)
+    remote = RemoteAlerts(PrometheusBackend(url, connection=conn), url, connection=conn)
+    remote.check()
+    remote.poll(now=T0 + 5)
+    assert [e.state for e in remote.history()] == ["pending", "firing"]
+    remote.stop()
+    # a Prometheus that takes the token and an Alertmanager that does not: named as such
+    alone = RemoteAlerts(PrometheusBackend(url, connection=conn), url)
+    with pytest.raises(ConfigError, match=r"--alertmanager .*401 Unauthorized"):
+        alone.check()
+    # the CLI's options carry the connection to the target's settings
+    options = ExternalOptions(
+        url="http://127.0.0.1:1", request=TEMPLATE, prometheus=url, connection=conn
+    )
+    assert options.connection.bearer_token_file == token
+    with pytest.raises(ConfigError, match="give --prometheus"):
+        ExternalOptions(url="http://127.0.0.1:1", request=TEMPLATE, connection=conn)
+
+
 def test_the_cli_refuses_remote_monitoring_it_cannot_use(tmp_path: Path) -> None:
     runner = CliRunner()
     report = tmp_path / "r.json"
@@ -209,6 +249,9 @@ def test_the_cli_refuses_remote_monitoring_it_cannot_use(tmp_path: Path) -> None
          "expected an http:// or https:// URL"),
         (["--target", dead, "--request", str(request), "--prometheus", "http://p:9090",
           "--quick"], "run without --quick"),
+        (["--target", dead, "--request", str(request), "--bearer-token-file", str(request)],
+         "are for --prometheus and --alertmanager"),
+        (["--header", "X-Scope-OrgID: a"], "are for --prometheus and --alertmanager"),
     ]  # fmt: skip
     for args, message in cases:
         result = runner.invoke(validate, [*args, "--report", str(report)])

@@ -900,3 +900,23 @@ def test_an_alert_active_before_the_fault_is_explained_as_such_not_as_a_threshol
     check = _runner._never_fired(stack, "HostCPUSaturated", 100.0, 130.0, 25.0)
     assert check.ok is False
     assert "never crossed the threshold (peak 0.5 <= 0.9)" in check.text
+
+
+def test_a_misses_peak_reads_the_comparison_left_of_a_guard_and_its_arithmetic_bound() -> None:
+    """InferenceLatencyHigh's P99 sits left of an ``and`` guard, against ``2 * SLA``: the
+    miss still says how far the peak was from that bound."""
+    from types import SimpleNamespace
+
+    from aivitals.tsdb import Store
+    from aivitals.validate._runner import _peak
+
+    store = Store(retention=1e9)
+    for i, v in enumerate([0.2, 0.3, 0.25]):
+        store.append("p99", {"job": "svc"}, v, 100.0 + i)
+    stack: Any = SimpleNamespace(
+        agent=SimpleNamespace(store=store), config=SimpleNamespace(tick=1.0)
+    )
+    expr = "p99 > 2 * 0.19 and on (job) (count_over_time(p99[8s]) >= 100 or p99 offset 8s > 0.38)"
+    assert _peak(stack, expr, 100.0, 102.0) == (0.3, 0.38, ">")
+    assert _peak(stack, "(p99 < 0.25)", 100.0, 102.0) == (0.2, 0.25, "<")
+    assert _peak(stack, "p99 > on (job) other", 100.0, 102.0)[1] is None

@@ -1,8 +1,8 @@
 """The connection flags of every command that reads a remote backend.
 
-``aivitals query``, ``diagnose``, ``snapshot``, ``report daily``, ``alerts`` and
-``console`` take the same flags, declared once here, and get them as one
-``RemoteConnection``::
+``aivitals query``, ``diagnose``, ``snapshot``, ``report daily``, ``alerts``,
+``console`` and ``validate`` (for its ``--prometheus`` and ``--alertmanager``) take the same
+flags, declared once here, and get them as one ``RemoteConnection``::
 
     @click.command()
     @click.option("--prometheus", metavar="URL")

@@ -11,6 +11,7 @@ import click
 
 from ..errors import ConfigError
 from ..load import OPENAI_KINDS
+from ..tsdb import RemoteConnection, remote_options
 
 __all__ = ["validate"]
 
@@ -170,8 +171,10 @@ __all__ = ["validate"]
     "--alertmanager",
     metavar="URL",
     default=None,
-    help="With --prometheus: an alert counts as fired once this Alertmanager holds it.",
+    help="With --prometheus: an alert counts as fired once this Alertmanager holds it. "
+    "The connection flags below (credentials, TLS, headers) apply to both URLs.",
 )
+@remote_options
 def validate(
     quick: bool,
     scenarios: str | None,
@@ -200,6 +203,7 @@ def validate(
     log_file: Path | None,
     prometheus: str | None,
     alertmanager: str | None,
+    connection: RemoteConnection,
 ) -> None:
     """Inject each fault, check alerts, diagnosis and logs catch it, and that it resolves.
 
@@ -230,6 +234,7 @@ def validate(
         log_file=log_file,
         prometheus=prometheus,
         alertmanager=alertmanager,
+        connection=connection,
     )
     if options is not None and list_only:
         from ._external import why_not
@@ -318,6 +323,7 @@ def _target_options(
     log_file: Path | None,
     prometheus: str | None = None,
     alertmanager: str | None = None,
+    connection: RemoteConnection | None = None,
 ) -> Any:
     """The user's service (``ExternalOptions``) from ``--target`` and the options that go
     with it; None without ``--target``, where those options are refused."""
@@ -334,6 +340,14 @@ def _target_options(
     }
     if metrics_path != "/metrics":
         given["--metrics-path"] = metrics_path
+    connection = connection or RemoteConnection()
+    if connection != RemoteConnection() and prometheus is None:
+        # a token or CA meant for a Prometheus must not look as if it had been used
+        raise ConfigError(
+            "the connection flags (--bearer-token-file, --basic-auth, --ca-file, --cert-file, "
+            "--key-file, --insecure-skip-verify, --header, --post) are for --prometheus and "
+            "--alertmanager: give --prometheus URL with them"
+        )
     if target is None:
         named = [k for k, v in given.items() if v is not None]
         if named:
@@ -359,6 +373,7 @@ def _target_options(
         log=log_file,
         prometheus=prometheus,
         alertmanager=alertmanager,
+        connection=connection,
     )
 
 

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ import psutil
 from ..errors import AivitalsError, ConfigError, ServiceError
 from ..load import RequestTemplate, check_target, is_loopback_host, split_url
 from ..timescale import TimeScale
+from ..tsdb import RemoteConnection
 from ._remote import RemoteAlerts
 
 if TYPE_CHECKING:
@@ -116,6 +117,8 @@ class ExternalOptions:
     log: Path | None = None
     prometheus: str | None = None
     alertmanager: str | None = None
+    #: credentials, TLS and headers for ``prometheus`` and ``alertmanager``
+    connection: RemoteConnection = field(default_factory=RemoteConnection)
     concurrency: int = 2
 
     def __post_init__(self) -> None:
@@ -141,6 +144,10 @@ class ExternalOptions:
         for flag, url in (("--prometheus", self.prometheus), ("--alertmanager", self.alertmanager)):
             if url is not None and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"{flag} {url!r}: expected an http:// or https:// URL")
+        if self.connection != RemoteConnection() and self.prometheus is None:
+            raise ConfigError(
+                "connection settings are for --prometheus and --alertmanager: give --prometheus"
+            )
         if self.alertmanager is not None and self.prometheus is None:
             raise ConfigError(
                 "--alertmanager: give --prometheus too (the Prometheus whose rules send to "
@@ -432,9 +439,10 @@ class ExternalTarget:
             from ..tsdb import PrometheusBackend
 
             self.remote = RemoteAlerts(
-                PrometheusBackend(options.prometheus, timeout=10.0),
+                PrometheusBackend(options.prometheus, timeout=10.0, connection=options.connection),
                 options.alertmanager,
                 interval=self.config.tick,
+                connection=options.connection,
             )
         self.started_at = time.time()
         #: the service's request time in the check: what the run's first look saw

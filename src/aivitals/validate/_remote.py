@@ -39,7 +39,7 @@ from ..errors import AivitalsError, ConfigError
 
 if TYPE_CHECKING:
     from ..alerts import AlertEvent, AlertState, RuleGroup
-    from ..tsdb import PrometheusBackend
+    from ..tsdb import PrometheusBackend, RemoteConnection
 
 __all__ = ["RemoteAlerts", "parse_rules_api"]
 
@@ -107,11 +107,23 @@ class RemoteAlerts:
         *,
         interval: float = 15.0,
         timeout: float = 10.0,
+        connection: RemoteConnection | None = None,
     ) -> None:
+        from ..tsdb import PrometheusBackend, RemoteConnection
+
         if alertmanager is not None and not alertmanager.startswith(("http://", "https://")):
             raise ConfigError(f"--alertmanager {alertmanager!r}: expected an http(s):// URL")
         self.prometheus = prometheus
         self.alertmanager = None if alertmanager is None else alertmanager.rstrip("/")
+        #: the Alertmanager's connection: Prometheus' credentials, TLS and headers (one
+        #: monitoring stack behind one gateway); its files are read here, before any fault
+        self.connection = connection or RemoteConnection()
+        # the backend's GET names a refused token or a failed handshake as for Prometheus
+        self._am: PrometheusBackend | None = (
+            None
+            if self.alertmanager is None
+            else PrometheusBackend(self.alertmanager, timeout=timeout, connection=self.connection)
+        )
         self.interval = interval
         self.timeout = timeout
         self.groups: tuple[RuleGroup, ...] = ()
@@ -184,11 +196,13 @@ class RemoteAlerts:
         return data
 
     def _am_json(self, path: str) -> Any:
+        assert self._am is not None
         try:
-            r = httpx.get(f"{self.alertmanager}{path}", timeout=self.timeout)
-            return r.json() if r.status_code == 200 else None
-        except httpx.HTTPError as exc:
+            r = self._am.get(path)
+        except AivitalsError as exc:
             raise ConfigError(f"--alertmanager {self.alertmanager}: {exc}") from exc
+        try:
+            return r.json() if r.status_code == 200 else None
         except ValueError:
             return None
 
@@ -202,6 +216,8 @@ class RemoteAlerts:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout + 1)
+        if self._am is not None and (self._thread is None or not self._thread.is_alive()):
+            self._am.close()  # a poll still running past the join keeps its client
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -270,10 +286,9 @@ class RemoteAlerts:
     def _am_firing(self) -> list[tuple[dict[str, str], float | None]]:
         """Alertmanager's active alerts: their labels and ``startsAt`` (Prometheus sends
         the time the alert fired)."""
-        r = httpx.get(
-            f"{self.alertmanager}/api/v2/alerts",
-            params={"active": "true", "silenced": "true", "inhibited": "true"},
-            timeout=self.timeout,
+        assert self._am is not None
+        r = self._am.get(
+            "/api/v2/alerts", {"active": "true", "silenced": "true", "inhibited": "true"}
         )
         r.raise_for_status()
         return [

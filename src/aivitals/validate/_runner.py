@@ -1198,13 +1198,18 @@ def _neg(op: str) -> str:
 def _peak(
     stack: ValidateTarget, expr: str, start: float, end: float
 ) -> tuple[float | None, float | None, str]:
-    """The peak of the left side of the rule's top comparison over the fault, and its bound."""
+    """The peak of the left side of the rule's first comparison (left of any ``and`` or
+    ``unless``: the guards beside it are not its bound) over the fault, and its bound."""
     try:
         node: Any = promql_parser.parse(expr)
+        while type(node).__name__ == "ParenExpr" or (
+            type(node).__name__ == "BinaryExpr" and str(node.op) in ("and", "unless")
+        ):
+            node = node.expr if type(node).__name__ == "ParenExpr" else node.lhs
         op = str(getattr(node, "op", ""))
         lhs = str(node.lhs) if op in (">", ">=", "<", "<=") else expr
         rhs = node.rhs if op in (">", ">=", "<", "<=") else None
-        threshold = float(str(rhs)) if rhs is not None and _is_number(str(rhs)) else None
+        threshold = _constant(stack, str(rhs)) if rhs is not None else None
         res = stack.agent.store.query_range(lhs, start, end, stack.config.tick)
     except Exception:
         return None, None, ""
@@ -1214,12 +1219,18 @@ def _peak(
     return (min(values) if op.startswith("<") else max(values)), threshold, op
 
 
-def _is_number(text: str) -> bool:
+def _constant(stack: ValidateTarget, text: str) -> float | None:
+    """``text`` as a number where it is one, or constant arithmetic (``2 * 0.19``) that
+    the store evaluates to a scalar; None for anything that reads series."""
     try:
-        float(text)
+        return float(text)
     except ValueError:
-        return False
-    return True
+        pass
+    try:
+        res = stack.agent.store.query(text, 0.0)
+    except Exception:  # an explanation is no place to fail a run
+        return None
+    return res.scalar[1] if res.type == "scalar" and res.scalar is not None else None
 
 
 #: Severities whose unexpected firing fails a case: they page someone.
