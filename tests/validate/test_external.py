@@ -70,7 +70,18 @@ def test_in_process_faults_need_the_chaos_token() -> None:
     for fault in inproc:
         why = why_not(fault, _options())
         assert why is not None and "--chaos-token" in why and "mount(app)" in why
-        assert why_not(fault, _options(chaos_token="s3cret")) is None
+        assert why_not(fault, _options(chaos_token="s3cret"), gpu=True) is None
+
+
+def test_a_gpu_fault_through_the_hook_needs_a_gpu_the_agent_reads() -> None:
+    """Without a GPU the leak has no device the agent collects: its alerts could only
+    read "no data", which is not a miss of the monitor but a case that cannot run."""
+    devices = [n for n, s in FAULT_SPECS.items() if s.needs.device]
+    assert devices == ["gpu_memory_leak"]
+    why = why_not("gpu_memory_leak", _options(chaos_token="s3cret"), gpu=False)
+    assert why is not None and "no nvidia-smi" in why
+    assert why_not("gpu_memory_leak", _options(chaos_token="s3cret"), gpu=True) is None
+    assert why_not("event_loop_blocked", _options(chaos_token="s3cret"), gpu=False) is None
 
 
 def test_a_dependency_fault_needs_a_named_dependency_and_root(

@@ -211,7 +211,8 @@ GPU_MEMORY_LEAK = FaultSpec(
         "GPUOutOfMemoryErrors": "the leak fills the device, so requests' KV-cache "
         "reservations no longer fit and fail with CUDA_OOM",
     },
-    needs=Needs("in-process"),
+    # the demo's sim device is the demo's: a service of the user's leaks on its real GPU
+    needs=Needs("in-process", device=True),
     runs=Runs(
         # full runs keep the pack's real for: (GPUProcessMemoryGrowth 10m after 1 GiB grew,
         # GPUMemoryHigh 5m over 90 %): ~4 requests/s x 6 MiB grows 1 GiB in ~45 s, passes

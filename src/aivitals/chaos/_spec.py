@@ -80,12 +80,14 @@ class Needs:
     ``why_not()`` says why it cannot host the fault, or None. Against a service
     aivitals did not start (``validate --target``): ``external`` says why the fault can
     never act on it (None: it can, given its kind), and ``external_params`` the
-    parameters it must take there (under the user's ``-p``)."""
+    parameters it must take there (under the user's ``-p``). ``device``: the fault
+    shows only on a GPU the agent reads, so a target without one cannot show it."""
 
     kind: NeedKind
     why_not: Callable[[], str | None] = _anywhere
     external: str | None = None
     external_params: Mapping[str, Any] = field(default_factory=dict)
+    device: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

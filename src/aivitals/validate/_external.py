@@ -218,6 +218,11 @@ def why_not(fault: str, options: ExternalOptions, *, gpu: bool | None = None) ->
                 "in-process fault: needs the service's chaos hook (aivitals.chaos.mount(app)) "
                 "and its token (--chaos-token or AIVITALS_CHAOS_TOKEN)"
             )
+        if spec.needs.device and not (gpu_found() if gpu is None else gpu):
+            return (
+                "shows only on a GPU the agent reads: none found on this host (no "
+                "nvidia-smi), so the hook's leak would have no device to show on"
+            )
         return None
     if kind == "gpu" and not (gpu_found() if gpu is None else gpu):
         return "needs a GPU: none found on this host (no nvidia-smi)"
