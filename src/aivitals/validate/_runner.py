@@ -1200,6 +1200,8 @@ def _peak(
 ) -> tuple[float | None, float | None, str]:
     """The peak of the left side of the rule's first comparison (left of any ``and`` or
     ``unless``: the guards beside it are not its bound) over the fault, and its bound."""
+    from ..console import expr_threshold
+
     try:
         node: Any = promql_parser.parse(expr)
         while type(node).__name__ == "ParenExpr" or (
@@ -1208,8 +1210,8 @@ def _peak(
             node = node.expr if type(node).__name__ == "ParenExpr" else node.lhs
         op = str(getattr(node, "op", ""))
         lhs = str(node.lhs) if op in (">", ">=", "<", "<=") else expr
-        rhs = node.rhs if op in (">", ">=", "<", "<=") else None
-        threshold = _constant(stack, str(rhs)) if rhs is not None else None
+        found = expr_threshold(expr)  # the console's bound: a number or constant arithmetic
+        threshold = found[1] if found is not None and found[0] == op else None
         res = stack.agent.store.query_range(lhs, start, end, stack.config.tick)
     except Exception:
         return None, None, ""
@@ -1217,20 +1219,6 @@ def _peak(
     if not values:
         return None, threshold, op
     return (min(values) if op.startswith("<") else max(values)), threshold, op
-
-
-def _constant(stack: ValidateTarget, text: str) -> float | None:
-    """``text`` as a number where it is one, or constant arithmetic (``2 * 0.19``) that
-    the store evaluates to a scalar; None for anything that reads series."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        res = stack.agent.store.query(text, 0.0)
-    except Exception:  # an explanation is no place to fail a run
-        return None
-    return res.scalar[1] if res.type == "scalar" and res.scalar is not None else None
 
 
 #: Severities whose unexpected firing fails a case: they page someone.
