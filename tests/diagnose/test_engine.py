@@ -484,6 +484,39 @@ def test_cpu_that_follows_the_traffic_is_not_cpu_bound_preprocessing() -> None:
     assert "cpu_bound_preprocessing" not in _high(d), named
 
 
+def _heavier_requests(s: Any, n: int) -> None:
+    """The same request rate, each request heavier for the model (longer prompts, more
+    generation calls in the mix): the server's CPU per request and the model's own time
+    per request rise together, the sim GPU idles and P99 rises."""
+    late = np.arange(n) >= n - 180
+    s.proc_cpu = s.proc_cpu * np.where(late, 1.8, 1.0)
+    s.infer_median = s.infer_median * np.where(late, 1.8, 1.0)
+    s.lat_median = s.lat_median * np.where(late, 1.8, 1.0)
+    s.gpu_util = np.minimum(s.gpu_util, 0.2)
+
+
+def test_cpu_that_goes_into_the_model_call_is_not_cpu_bound_preprocessing() -> None:
+    # CPU time per request is an average over a mix: in the recorded quick soaks (18, 486
+    # polls) its rises tracked the model's own time per request (correlation 0.95), and
+    # every rise of 30 % or more came with a larger rise of the model's time
+    _, d = _healthy_with(_heavier_requests)
+    cpu = next((f for f in d.findings if f.signature == "cpu_bound_preprocessing"), None)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert "cpu_bound_preprocessing" not in _high(d), named
+    assert cpu is None or any(
+        e.role == "contradicting" and e.held and "model's own time" in e.says for e in cpu.evidence
+    ), named
+
+    # the same CPU rise around a model call that keeps its time is preprocessing
+    def around(s: Any, n: int) -> None:
+        _heavier_requests(s, n)
+        s.infer_median = s.infer_median / np.where(np.arange(n) >= n - 180, 1.8, 1.0)
+
+    _, d = _healthy_with(around)
+    named = [(f.signature, f.confidence) for f in d.findings]
+    assert "cpu_bound_preprocessing" in _high(d), named
+
+
 def test_a_gpu_lost_after_an_xid_79_is_named_while_inference_still_fails() -> None:
     # the Xid counter first appears (at its value) 150 s back; the GPU stays gone and every
     # model call fails with XID since. A rate window later the Xid itself is old news,
