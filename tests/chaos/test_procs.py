@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,22 @@ def test_start_time_identifies_a_process_and_kill_tree_checks_it() -> None:
             proc.wait()
 
 
+def _environ_after_exec(pid: int) -> list[bytes]:
+    """The process's environment once its exec has finished: Popen returns when the
+    close-on-exec pipe closes, which the kernel does before it sets up the new program's
+    environment, so a read right then can find it empty."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+        if env or time.monotonic() > deadline:
+            return env.split(b"\0")
+        time.sleep(0.01)
+
+
 def test_helpers_carry_the_run_marker_and_are_found_by_it() -> None:
     proc = spawn(["sleep", "30"], run_id="test-run-marker")
     try:
-        env = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        env = _environ_after_exec(proc.pid)
         assert f"{RUN_ENV}=test-run-marker".encode() in env
         assert kill_run_processes("test-run-marker") == [proc.pid]
         proc.wait(5)  # (reaped by kill_run_processes already)
