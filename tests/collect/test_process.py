@@ -86,6 +86,27 @@ def test_find_listener_and_by_port(tmp_path: Path) -> None:
     assert got[("service_process_threads", "")] == 12
 
 
+def test_the_listen_queue_by_port_from_the_text_table(tmp_path: Path) -> None:
+    # a listening row's rx_queue is its accept queue: 0x26 = 38 connections waiting
+    proc = make_proc(tmp_path)
+    tcp = proc / "4242" / "net" / "tcp"
+    tcp.write_text(tcp.read_text().replace("0A 00000000:00000000", "0A 00000000:00000026"))
+    (proc / "4242" / "net" / "tcp6").write_text(
+        TCP.splitlines()[0] + "\n"
+        "   0: 00000000000000000000000000000000:1F40 00000000000000000000000000000000:0000 0A "
+        "00000000:00000002 00:00000000 00000000  0 0 600 1\n"
+    )
+    samples = list(ProcessCollector(port=8000, proc=str(proc)).collect())
+    queue = [s for s in samples if s.name.startswith("service_listen_queue")]
+    # both families of the port summed; the text has no backlog limit, so none is made up
+    assert [(s.name, s.labels, s.value) for s in queue] == [
+        ("service_listen_queue_length", {"port": "8000"}, 40.0)
+    ]
+    # found by pid, the port is not known: no queue series
+    by_pid = list(ProcessCollector(pid=4242, proc=str(proc)).collect())
+    assert not [s for s in by_pid if s.name.startswith("service_listen_queue")]
+
+
 def test_gone_process_is_down_and_counted(tmp_path: Path) -> None:
     proc = make_proc(tmp_path)
     collector = ProcessCollector(pid=77, proc=str(proc))

@@ -7,8 +7,8 @@ import os
 import socket
 
 from aivitals.collect import HostCollector, ProcessCollector
-from aivitals.collect._procfs import parse_tcp_table
-from aivitals.collect._sockdiag import same_netns, tcp_sockets
+from aivitals.collect._procfs import parse_listen_queues, parse_tcp_table
+from aivitals.collect._sockdiag import listen_queues, same_netns, tcp_sockets
 
 
 def test_netlink_sees_a_listening_and_an_established_socket() -> None:
@@ -48,3 +48,34 @@ def test_process_connections_through_netlink() -> None:
             if s.name == "service_process_connections" and s.labels["state"] == "listen"
         ]
         assert listen[0] >= 1
+
+
+def test_the_accept_queue_of_a_socket_nobody_accepts_from() -> None:
+    """Three clients finish the handshake on a socket whose owner never calls accept():
+    the kernel holds them in the accept queue, which netlink, the /proc text and the
+    process collector report alike, with the backlog the socket was given."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        assert listen_queues()[port] == (0, 8)
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            assert listen_queues()[port] == (3, 8)
+            with open("/proc/net/tcp") as f:
+                assert parse_listen_queues(f.read())[port] == 3
+            samples = {
+                s.name: (s.labels, s.value)
+                for s in ProcessCollector(port=port).collect()
+                if s.name.startswith("service_listen_queue")
+            }
+            assert samples == {
+                "service_listen_queue_length": ({"port": str(port)}, 3.0),
+                "service_listen_queue_limit": ({"port": str(port)}, 8.0),
+            }
+            accepted, _ = server.accept()
+            accepted.close()
+            assert listen_queues()[port] == (2, 8)
+        finally:
+            for c in clients:
+                c.close()

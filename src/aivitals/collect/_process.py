@@ -16,7 +16,11 @@ each labelled by ``role``:
 
 Read from ``/proc/<pid>`` (injectable ``proc=``): RSS, open fds and their
 limit, threads, CPU seconds, and TCP connections by state (socket inodes
-matched against the tcp tables of the namespace, read once per scrape).
+matched against the tcp tables of the namespace, read once per scrape). Found
+by port, the listening socket's accept queue too: the connections the kernel
+holds until a process accepts them, which is where requests wait in front of
+synchronous workers that are all busy (``service_listen_queue_length``, and its
+backlog limit where netlink reports it).
 Socket holders are found by a walk of every process's fds, done again only
 when one of them exits or every ``rediscover`` seconds; descendants are read
 from ``/proc/<pid>/task/*/children`` at every scrape. At most
@@ -35,7 +39,7 @@ from ..errors import CollectorError, ConfigError
 from ..signals import Sample
 from . import _procfs as pf
 from ._health import BaseCollector
-from ._sockdiag import same_netns, tcp_sockets
+from ._sockdiag import listen_queues, same_netns, tcp_sockets
 
 __all__ = ["ROLES", "ProcessCollector", "find_listener", "find_listeners"]
 
@@ -215,7 +219,38 @@ class ProcessCollector(BaseCollector):
                 continue  # exited between the listing and the read: normal for a worker
         if not read:
             raise CollectorError("every followed process is gone")
+        if self.port is not None and self._holders:
+            out += self._listen_queue(min(self._holders))
         return out
+
+    def _listen_queue(self, holder: int) -> list[Sample]:
+        """The listening socket's accept queue, read in the holder's network namespace
+        (nothing when the socket closed since its holders were found)."""
+        lab = {"port": str(self.port)}
+        if str(self.proc) == "/proc" and same_netns(holder):
+            try:
+                queued, limit = listen_queues().get(self.port or 0, (None, None))
+            except OSError:
+                pass  # netlink refused: read the text tables
+            else:
+                if queued is None or limit is None:
+                    return []  # the socket closed since the holders were found
+                return [
+                    Sample("service_listen_queue_length", lab, float(queued)),
+                    Sample("service_listen_queue_limit", lab, float(limit)),
+                ]
+        found = False
+        total = 0
+        for table in ("tcp", "tcp6"):
+            try:
+                text = (self.proc / str(holder) / "net" / table).read_text()
+            except FileNotFoundError:
+                continue  # no IPv6
+            queues = pf.parse_listen_queues(text)
+            if self.port in queues:
+                found = True
+                total += queues[self.port]
+        return [Sample("service_listen_queue_length", lab, float(total))] if found else []
 
     def _one(
         self, base: Path, role: str, tables: dict[str, list[tuple[int, int, str]]]

@@ -13,6 +13,7 @@ __all__ = [
     "parse_cgroup_paths",
     "parse_diskstats",
     "parse_key_values",
+    "parse_listen_queues",
     "parse_loadavg",
     "parse_meminfo",
     "parse_net_dev",
@@ -142,6 +143,19 @@ def parse_tcp_table(text: str, ports: frozenset[int]) -> dict[tuple[int, str], i
         state = TCP_STATES.get(int(f[3], 16), "unknown")
         counts[(port, state)] = counts.get((port, state), 0) + 1
     return counts
+
+
+def parse_listen_queues(text: str) -> dict[int, int]:
+    """Listening port -> connections waiting to be accepted, from /proc/net/tcp text (a
+    listening row's ``rx_queue`` is its accept queue; the text has no backlog limit)."""
+    out: dict[int, int] = {}
+    for line in text.splitlines()[1:]:
+        f = line.split(maxsplit=5)
+        if len(f) < 5 or f[3] != "0A":
+            continue
+        port = int(f[1].rpartition(":")[2], 16)
+        out[port] = out.get(port, 0) + int(f[4].partition(":")[2], 16)
+    return out
 
 
 def parse_cgroup_paths(text: str) -> tuple[str | None, str | None]:

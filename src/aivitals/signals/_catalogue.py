@@ -685,6 +685,22 @@ _TABLE: tuple[tuple[str, MetricType, str, Layer, tuple[str, ...], str], ...] = (
         ("pid", "process", "role", "state"),
         "TCP connections of the process by state.",
     ),
+    (
+        "service_listen_queue_length",
+        G,
+        "connections",
+        SERVICE,
+        ("port",),
+        "Connections waiting in the listening socket's accept queue (found by port).",
+    ),
+    (
+        "service_listen_queue_limit",
+        G,
+        "connections",
+        SERVICE,
+        ("port",),
+        "The listening socket's accept backlog limit.",
+    ),
     # --- kernel log -------------------------------------------------------------------
     (
         "kernel_oom_kills_total",
