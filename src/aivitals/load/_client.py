@@ -70,6 +70,7 @@ class _Conn(asyncio.Protocol):
         self.spec: RequestSpec | None = None
         self.intended = 0.0
         self.sent = 0.0
+        self.used = False  # no request went on it yet
         self.buf = bytearray()
         self.body = bytearray()
         self.events: list[float] = []
@@ -142,6 +143,7 @@ class _Conn(asyncio.Protocol):
         self.spec = spec
         self.intended = intended
         self.sent = perf_counter()
+        self.used = True
         self.transport.write(wire)
 
     def fail(self, error: str) -> None:
@@ -329,8 +331,8 @@ KEEPALIVE_EXPIRY_S = 1.5
 class Engine:
     """Connections to one host:port and the requests waiting for one.
 
-    ``submit`` sends at once on an idle connection (the most recently used, idle
-    under ``keepalive_expiry`` seconds: older ones are closed), else queues the
+    ``submit`` sends at once on an idle connection (idle under ``keepalive_expiry``
+    seconds: older ones are closed), else queues the
     request and opens a connection while under ``max_connections``. In
     closed-loop mode (``next_request`` set) every finished request is followed
     at once by the next one on the same connection until ``closed_until``.
@@ -351,7 +353,14 @@ class Engine:
         self.timeout = timeout
         self.on_result = on_result
         self.keepalive_expiry = keepalive_expiry
+        #: used connections, idle, oldest first; reused newest first, so that on a
+        #: keep-alive server the pool shrinks to what the rate needs and the rest expire
         self.idle: list[_Conn] = []
+        #: connections no request went on yet, in the order they were opened, which is
+        #: the order a server accepts them: they are used oldest first, because a server
+        #: that serves one connection per worker (gunicorn's sync workers) has a worker
+        #: blocked reading the oldest while newer ones wait in its accept queue
+        self.fresh: deque[_Conn] = deque()
         self.busy: set[_Conn] = set()
         self.backlog: deque[Pending] = deque()
         self.max_backlog = 0
@@ -364,8 +373,11 @@ class Engine:
 
     # -- public -----------------------------------------------------------
     def submit(self, spec: RequestSpec, wire: bytes, intended: float) -> None:
-        if self.idle:
+        if self.idle or self.fresh:
             self._expire_idle(perf_counter())
+        if self.fresh:
+            self._start(self.fresh.popleft(), spec, wire, intended)
+            return
         if self.idle:
             self._start(self.idle.pop(), spec, wire, intended)
             return
@@ -392,12 +404,15 @@ class Engine:
     def _expire_idle(self, now: float) -> None:
         """Close the idle connections older than ``keepalive_expiry`` (the list is oldest
         first: ``_release`` appends)."""
+        stale = []
+        while self.fresh and now - self.fresh[0].idle_since > self.keepalive_expiry:
+            stale.append(self.fresh.popleft())
         n = 0
         while n < len(self.idle) and now - self.idle[n].idle_since > self.keepalive_expiry:
             n += 1
-        if not n:
-            return
-        stale, self.idle[:n] = self.idle[:n], []
+        if n:
+            stale += self.idle[:n]
+            self.idle[:n] = []
         for conn in stale:
             # counted out now, so the request that found it stale opens one new
             # connection, not two (its own and _lost's refill)
@@ -412,10 +427,11 @@ class Engine:
 
     def close(self) -> None:
         self.stopping = True
-        for conn in [*self.idle, *self.busy]:
+        for conn in [*self.idle, *self.fresh, *self.busy]:
             if conn.transport is not None:
                 conn.transport.abort()
         self.idle.clear()
+        self.fresh.clear()
         for task in list(self._tasks):
             task.cancel()
 
@@ -458,6 +474,8 @@ class Engine:
         self.busy.discard(conn)
         if conn in self.idle:
             self.idle.remove(conn)
+        elif conn in self.fresh:
+            self.fresh.remove(conn)
         if self.stopping:
             return
         refill = self.backlog and self.n_conns < self.max_connections
@@ -486,7 +504,7 @@ class Engine:
             self._start(conn, *self.backlog.popleft())
             return
         conn.idle_since = perf_counter()
-        self.idle.append(conn)
+        (self.idle if conn.used else self.fresh).append(conn)
 
     def _start(self, conn: _Conn, spec: RequestSpec, wire: bytes, intended: float) -> None:
         self.busy.add(conn)

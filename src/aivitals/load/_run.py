@@ -334,8 +334,10 @@ class _Run:
         engine = self.engine
         engine.next_request = next_request
         engine.closed_until = t0 + self.config.duration
-        for conn in list(engine.idle):
-            engine.idle.remove(conn)
+        waiting = [*engine.fresh, *engine.idle]
+        engine.fresh.clear()
+        engine.idle.clear()
+        for conn in waiting:
             engine._release(conn)
         while perf_counter() < engine.closed_until and not self.stopped():
             await asyncio.sleep(min(0.05, max(engine.closed_until - perf_counter(), 0)))
