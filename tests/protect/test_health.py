@@ -88,6 +88,37 @@ async def test_hung_worker_turns_readyz_503_within_two_probe_periods_healthz_sta
         await health.stop()
 
 
+def test_a_probe_overrunning_at_request_time_reads_down_in_the_gauge_too() -> None:
+    """/readyz judges a probe still running past its timeout as failed before the probe's
+    own timeout is recorded: the gauge must not say up meanwhile, nor for a success
+    older than ``probe_max_age``."""
+    from aivitals.protect._health import CheckResult
+
+    now = [100.0]
+    registry = CollectorRegistry()
+    health = Health(
+        HealthConfig(probe=lambda: True, probe_timeout=0.1, probe_max_age=30.0),
+        registry=registry,
+        clock=lambda: now[0],
+    )
+    health.warmed = True
+    health._record("probe", CheckResult(True, "ok", 99.0, 0.01))
+    assert health.readiness()[0] is True
+    assert sample(registry, "health_check_up", check="probe") == 1
+    health._running["probe"] = 100.0  # the next run started and hangs
+    now[0] = 100.5
+    ok, body = health.readiness()
+    assert not ok and "running for" in body["checks"]["probe"]["detail"]
+    assert sample(registry, "health_check_up", check="probe") == 0
+    assert registry.get_sample_value("service_ready") == 0
+    # a success older than max_age: stale in the verdict and in the gauge alike
+    health._running.clear()
+    now[0] = 140.0
+    ok, body = health.readiness()
+    assert not ok and "last success" in body["checks"]["probe"]["detail"]
+    assert sample(registry, "health_check_up", check="probe") == 0
+
+
 async def test_not_ready_until_the_warmup_inference_ran() -> None:
     warmed = asyncio.Event()
     calls: list[str] = []

@@ -381,6 +381,10 @@ class Health:
             limit = self.config.probe_timeout
             body["ok"] = False
             body["detail"] = f"running for {now - started:.1f} s, over {limit:g} s"
+        if not body["ok"]:
+            # the verdict can fail before the check's own timeout is recorded (an overrun
+            # seen at request time, a stale success): the gauge says what /readyz says
+            self._metrics.health_check_up.labels(name).set(0)
         return body
 
     def _model_loaded(self) -> dict[str, Any]:
