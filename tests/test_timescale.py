@@ -17,6 +17,7 @@ QUICK_WINDOWS = {
     "rate_window": "8s",
     "short_window": "4s",
     "idle_window": "8s",
+    "unseen_hold_window": "20s",
     "saturation_window": "8s",
     "composite_window": "6s",
     "baseline_window": "30s",

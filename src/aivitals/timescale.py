@@ -145,6 +145,8 @@ QUICK = TimeScale(
         # the 13 quick event_loop_blocked recordings above the threshold strength, it holds
         # 3 evaluations in a row 5-9 s into the fault (4 samples: 5-15 s)
         "idle_window": "8s",
+        # five short windows, as the shipped 5m over 1m
+        "unseen_hold_window": "20s",
         # WorkerPoolSaturated's busy share (the pool's busy-time counter; the gauge's average
         # for pools without it): over 4 s, six scrapes in a row that caught both workers busy
         # (the trace's bursts near a quick soak's x1.4 peak) page P0 for the 1 s for:. Over

@@ -54,7 +54,7 @@ def test_the_exported_pack_and_configs_pass_promtool_checks(tmp_path: Path) -> N
     export_pack(pack, tmp_path, ExportTargets(service_targets=("127.0.0.1:8001",)))
     rules = promtool("check", "rules", str(tmp_path / "aivitals-rules.yml"))
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "81 rules found" in rules.stdout
+    assert "83 rules found" in rules.stdout
     config = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert config.returncode == 0, config.stdout + config.stderr
     text = (tmp_path / "aivitals-rules.yml").read_text()

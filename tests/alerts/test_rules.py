@@ -277,6 +277,8 @@ def test_fault_alert_parameters_are_rendered_into_the_expressions() -> None:
         ({"slo_slow_window": "1h"}, "the SLO windows must all differ"),
         ({"slo_ticket_window": "3h"}, "slo_slow_window=6h must be shorter than"),
         ({"slo_slow_short_window": "1m"}, "slo_fast_short_window=5m must be the shortest"),
+        # a hold no longer than the short window ends before the gap it should bridge
+        ({"unseen_hold_window": "1m"}, "unseen_hold_window='1m' must be longer than short_window"),
     ],
 )
 def test_bad_parameters_are_refused_naming_key_and_value(params: dict, message: str) -> None:  # type: ignore[type-arg]

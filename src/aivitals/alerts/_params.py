@@ -151,6 +151,13 @@ class PackParams:
     #: hands work to the pool in bursts, and over 4 samples a burst or two read as a busy
     #: pool (see validate's QUICK_RULES, which gives it 8).
     idle_window: str = "1m"
+    #: While a job's request rates are unseen (a scrape of it failed within short_window,
+    #: or requests were in flight and none finished), LatencyHighWorkersIdle holds the
+    #: last value it saw within this window rather than reading the gap as recovery. The
+    #: last value is recorded up to a short window after the gap began, so the hold must
+    #: be longer than short_window; 5m (five short windows) is Prometheus's lookback, how
+    #: long a vanished sample stays current.
+    unseen_hold_window: str = "5m"
     #: WorkerPoolSaturated's window: the busy share over it (the rate of the pool's
     #: busy-time counter; for pools without one, the sampled gauge's average) must pass
     #: worker_saturation_ratio. A gauge averaged over 4 samples read a few scrapes in a
@@ -255,6 +262,7 @@ class PackParams:
             "composite_window",
             "baseline_window",
             "idle_window",
+            "unseen_hold_window",
             "saturation_window",
             "disk_fill_window",
             *_SLO_WINDOWS,
@@ -265,6 +273,14 @@ class PackParams:
                     f"{name}={getattr(self, name)!r} spans fewer than {_MIN_SCRAPES_PER_WINDOW} "
                     f"scrapes of scrape_interval={self.scrape_interval!r}; rate() needs at least 4"
                 )
+
+        hold = parse_duration(self.unseen_hold_window, key="unseen_hold_window")
+        if hold <= parse_duration(self.short_window, key="short_window"):
+            raise ConfigError(
+                f"unseen_hold_window={self.unseen_hold_window!r} must be longer than "
+                f"short_window={self.short_window!r}: the last value seen is recorded up to "
+                "a short window into a gap, so a shorter hold never bridges one"
+            )
 
     def _check_slo(self) -> None:
         for name in ("slo_latency_objective", "slo_error_objective"):

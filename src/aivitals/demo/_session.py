@@ -51,6 +51,7 @@ COMPRESSED_RULES: dict[str, Any] = {
     "rate_window": "60s",
     "short_window": "20s",
     "idle_window": "20s",
+    "unseen_hold_window": "100s",  # five short windows, as shipped
     "saturation_window": "20s",
     "composite_window": "30s",
     "baseline_window": "3m",
