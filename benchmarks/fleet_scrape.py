@@ -76,6 +76,22 @@ STEP = 15.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def _head() -> str:
+    """The commit measured (with "+dirty" when the work tree differs from it)."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "not recorded"
+    return (rev or "not recorded") + ("+dirty" if rev and dirty else "")
+
+
 def start(
     argv: Sequence[str], log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
@@ -158,12 +174,28 @@ def firing(url: str) -> list[str]:
     )
 
 
+class _TimedBackend(PrometheusBackend):
+    """Times every request, so the report can name the queries the diagnosis waits on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.took: list[tuple[float, str]] = []
+
+    def _send(self, method: str, path: str, params: dict[str, str] | None) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return super()._send(method, path, params)
+        finally:
+            what = (params or {}).get("query") or (params or {}).get("match[]") or path
+            self.took.append((time.perf_counter() - t0, f"{path} {what}"))
+
+
 def run_diagnosis(
     url: str, dialect: str, end: float, window: float, repeat: int, workers: int
 ) -> tuple[float, list[float], Any, int]:
     runs = []
-    for _ in range(max(1, repeat)):
-        with PrometheusBackend(url, timeout=60.0) as backend:
+    for i in range(max(1, repeat)):
+        with _TimedBackend(url, timeout=60.0) as backend:
             t0 = time.perf_counter()
             d = diagnose(
                 backend,
@@ -178,6 +210,12 @@ def run_diagnosis(
         runs.append((took, d, backend.queries))
         top = d.findings[0].title if d.findings else "-"
         print(f"  {dialect}: diagnosis in {took:.2f} s, {d.queries} queries; {top}", flush=True)
+        if i == 0:
+            total = sum(t for t, _ in backend.took)
+            print(f"  {dialect}: request time {total:.2f} s over {len(backend.took)} requests; "
+                  "slowest:", flush=True)  # fmt: skip
+            for t, what in sorted(backend.took, reverse=True)[:8]:
+                print(f"    {t:6.2f} s  {what[:160]}", flush=True)
     times = [r[0] for r in runs]
     runs.sort(key=lambda r: r[0])
     took, d, sent = runs[len(runs) // 2]
@@ -194,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="diagnoses timed per backend")
     p.add_argument("--workers", type=int, default=4, help="queries in flight at once")
     p.add_argument("--no-write", action="store_true", help="do not update fleet.json")
+    p.add_argument(
+        "--other-work", default="not recorded", help="what else ran on the machine, for the record"
+    )
     args = p.parse_args(argv)
     if not 0 < args.warmup < args.duration:
         print("--warmup must be positive and below --duration", file=sys.stderr)
@@ -402,8 +443,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "prometheus": out["prometheus"],
             "victoriametrics": out["victoriametrics"],
             "targets": {"diagnose_s": TARGET_S, "named_faulty_node": 1},
-            "machine": "2 cores shared with other helpers' tests (CPU figures noisy); "
-            "Prometheus, vmagent, VictoriaMetrics and vmalert from Debian 12, all at once",
+            "machine": f"{os.cpu_count()} cores; Prometheus, vmagent, VictoriaMetrics, vmalert "
+            "(Debian 12) and the exposition server all at once, the scraping going on while "
+            f"each diagnosis runs; other work on the machine: {args.other_work}",
+            "git_commit": _head(),
+            "measured_at": time.time(),
         }
         RESULT.write_text(json.dumps(data, indent=2) + "\n")
     return 0

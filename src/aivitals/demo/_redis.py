@@ -12,18 +12,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from .._ports import free_port
 from ..errors import ServiceError
 
 if TYPE_CHECKING:
     from ..chaos import RunDir
 
 __all__ = ["RedisServer", "free_port"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import yaml
 
+from .._ports import free_port
 from .._tempdir import temp_root
 from ..errors import AlreadyRunning, ConfigError, ServiceError
 from ..timescale import TimeScale
@@ -60,9 +61,8 @@ def default_state_path() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # picked now, bound after the nodes' models load: outside the ephemeral range
+    return free_port()
 
 
 @dataclass(frozen=True, kw_only=True)
