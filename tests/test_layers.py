@@ -9,9 +9,9 @@ included, string-based ones such as ``cli.py``'s subcommand table not):
   ``__init__``'s ``__all__``;
 - a package imports only what its row's "imports" column lists, and what those
   stand on (the transitive closure: ``protect`` lists ``instrument``, which
-  stands on ``signals``); every package may use ``errors``, ``_tempdir`` and ``_ports``. ``public APIs``
-  and ``all`` allow any package; the table is read from the doc itself, so a
-  new package needs its row there.
+  stands on ``signals``); every package may use ``errors``, ``_tempdir`` and
+  ``_ports``. ``public APIs`` and ``all`` allow any package; the table is read from
+  the doc itself, so a new package needs its row there.
 """
 
 from __future__ import annotations
