@@ -153,7 +153,8 @@ class PackParams:
     idle_window: str = "1m"
     #: While a job's request rates are unseen (a scrape of it failed within short_window,
     #: or requests were in flight and none finished), LatencyHighWorkersIdle holds the
-    #: last value it saw within this window rather than reading the gap as recovery. The
+    #: time outside at the last value it saw within this window, and averages the pool's
+    #: busy share over it, rather than reading the gap as recovery. The
     #: last value is recorded up to a short window after the gap began, so the hold must
     #: be longer than short_window; 5m (five short windows) is Prometheus's lookback, how
     #: long a vanished sample stays current.
