@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -388,35 +389,69 @@ class _Clock:
         self.now += s
 
 
-def _watched(monkeypatch: pytest.MonkeyPatch, first_match_s: float | None) -> tuple[Any, float]:
-    """``_watch`` on a case whose diagnosis first names the fault ``first_match_s`` after
-    the injection (None: never), its alert firing at once; the polls and the phase's end."""
+_HOLD_RULES = """
+groups:
+  - name: g
+    interval: 1s
+    rules:
+      - alert: ProbeFailing
+        expr: vector(1)
+        for: 2s
+        labels: {severity: P1}
+      - alert: DiskSaturated
+        expr: vector(1)
+        for: 2s
+        labels: {severity: P1}
+"""
+
+
+def _watched(
+    monkeypatch: pytest.MonkeyPatch,
+    first_match_s: float | None,
+    fault: str = "gpu_oom",
+    pending: Callable[[float], list[Any]] = lambda now: [],
+) -> tuple[Any, float]:
+    """``_watch`` on a case of ``fault`` whose diagnosis first names it ``first_match_s``
+    after the injection (None: never), its alert firing at once, ``pending(now)`` the
+    engine's pending alerts; the polls and the phase's end."""
+    from aivitals.alerts import load_rules
+    from aivitals.chaos import FAULT_TABLE
     from aivitals.validate import _runner
 
     clock = _Clock()
     monkeypatch.setattr(_runner, "time", clock)
     t_fault = clock.now
+    signature = FAULT_TABLE[fault].signature
 
     def poll(stack: Any, expect: Any, w: Any, t_base: float, t_f: float, now: float) -> None:
         hit = first_match_s is not None and now - t_f >= first_match_s
-        w.polls.append(_runner.Poll(now - t_f, hit, "gpu_oom 0.9" if hit else "nothing"))
+        w.polls.append(_runner.Poll(now - t_f, hit, f"{signature} 0.9" if hit else "nothing"))
 
     monkeypatch.setattr(_runner, "_poll", poll)
 
     class Stack:
+        class config:
+            tick = 1.0
+
         class service:
             @staticmethod
             def alive() -> bool:
                 return True
 
         class engine:
+            groups = load_rules(_HOLD_RULES)
+
             @staticmethod
             def history(start: float | None = None) -> list[Any]:
-                ev = _Event("GPUOutOfMemoryErrors", "P0")
+                ev = _Event(FAULT_TABLE[fault].alerts[0], "P0")
                 ev.fired_at = t_fault + 1.0
                 return [ev]
 
-    expect = _expect("gpu_oom")
+            @staticmethod
+            def active() -> list[Any]:
+                return pending(clock.now)
+
+    expect = _expect(fault)
     config = ValidateConfig(quick=True)
     w = _runner._watch(Stack(), expect, t_fault - 10, t_fault, 25.0, config)  # type: ignore[arg-type]
     return w, clock.now - t_fault
@@ -439,6 +474,72 @@ def test_a_fault_never_named_ends_at_fault_max(monkeypatch: pytest.MonkeyPatch) 
     w, ended = _watched(monkeypatch, None)
     assert w.first_match is None and w.held_s() == 0.0
     assert 25.0 <= ended <= 27.0
+
+
+def _pending(name: str, since: float) -> Any:
+    ev = _Event(name, "P1", "pending")
+    ev.active_at = since
+    return ev
+
+
+def test_a_listed_consequence_pending_at_the_end_holds_the_revert_until_it_fires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
+    ends = 1000.0 + plain  # where the phase ends with nothing pending
+    # ProbeFailing (a listed consequence, P1, for: 2s) pends 1 s before that end and
+    # fires 2 s later: the revert waits for it instead of racing its for:
+    fires = ends + 1.0
+
+    def probe(now: float) -> list[Any]:
+        return [_pending("ProbeFailing", ends - 1.0)] if now < fires else []
+
+    w, held = _watched(monkeypatch, 6.0, "event_loop_blocked", probe)
+    assert w.held_for == {"ProbeFailing"}
+    assert held >= fires - 1000.0 and held > plain
+    assert w.held_s_for_pending >= 1.0
+    check = _runner_held_check(w)
+    assert check is not None and check.ok is None
+    assert "waited" in check.text and "ProbeFailing" in check.text
+
+
+def test_only_a_listed_paging_alert_within_its_for_holds_the_revert(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
+
+    def unlisted(now: float) -> list[Any]:
+        return [_pending("DiskSaturated", now - 0.5)]  # not a consequence of the case
+
+    w, ended = _watched(monkeypatch, 6.0, "event_loop_blocked", unlisted)
+    assert not w.held_for and ended == plain
+    assert _runner_held_check(w) is None
+
+    def stale(now: float) -> list[Any]:
+        return [_pending("ProbeFailing", now - 10.0)]  # pending far past its for: 2s
+
+    w, ended = _watched(monkeypatch, 6.0, "event_loop_blocked", stale)
+    assert not w.held_for and ended == plain
+
+
+def test_a_pending_page_holds_the_revert_no_longer_than_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a consequence that keeps pending anew (always 0.5 s into its for:) cannot hold
+    # the fault for ever: at most the longest for: the case allows (ProbeFailing's 2 s
+    # among this engine's rules) plus two evaluations of 1 s
+    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
+    w, ended = _watched(
+        monkeypatch, 6.0, "event_loop_blocked", lambda now: [_pending("ProbeFailing", now - 0.5)]
+    )
+    assert w.held_for == {"ProbeFailing"}
+    assert plain + 4.0 <= ended <= plain + 5.0
+
+
+def _runner_held_check(w: Any) -> Any:
+    from aivitals.validate._runner import _held_check
+
+    return _held_check(w)
 
 
 def test_an_unlisted_paging_alert_fails_the_case() -> None:

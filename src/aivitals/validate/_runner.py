@@ -679,6 +679,7 @@ def _scenario(
             for name, why in beyond.items()
         ),
         _also_fired(stack, expect, t_fault),
+        _held_check(watch),
         _diagnosis_check(watch, expect),
         _log_check(
             log_path,
@@ -930,6 +931,10 @@ class _Watched:
     diagnosis: Any = None
     #: the case's findings with memory: its polls are successive looks at one incident
     memory: Any = None
+    #: paging alerts the case allows that were pending when the phase would have ended,
+    #: and how long they held the fault (``_watch``)
+    held_for: set[str] = field(default_factory=set)
+    held_s_for_pending: float = 0.0
 
     @property
     def first_match(self) -> int | None:
@@ -974,6 +979,13 @@ def _watch(
 
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
+
+    When the phase would end, a paging alert the case allows that is pending holds the
+    fault until it fires or stops pending (``_pending_pages``), at most
+    ``_hold_cap`` seconds: its condition reads windows that still hold the fault for a
+    while after the revert, so a revert in the middle of its ``for:`` makes whether it
+    pages after the fault ended a race between the two, which says nothing about the
+    monitor. The recovery check then judges only pages the recovery itself brings.
     """
     from ..diagnose import FindingMemory
 
@@ -981,7 +993,16 @@ def _watch(
     w = _Watched(memory=FindingMemory(scale.hold))
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
-    while time.time() < deadline:
+    hold_end: float | None = None  # set once the phase would end
+    while True:
+        now = time.time()
+        if hold_end is None and now >= deadline:
+            hold_end = now + _hold_cap(stack, expect, config)
+        if hold_end is not None:
+            pending = _pending_pages(stack, expect, now)
+            if not pending or now >= hold_end:
+                break
+            w.held_for.update(pending)
         time.sleep(1.0)
         if not stack.service.alive():
             break
@@ -993,14 +1014,68 @@ def _watch(
             _poll(stack, expect, w, t_base, t_fault, now)
             next_diag = time.time() + scale.poll_every
         first = w.first_match
-        if first is not None:
+        if first is not None and hold_end is None:
             deadline = max(deadline, t_fault + w.polls[first].after_s + scale.stable_for)
             caught = set(w.fired) >= set(expect.alerts)
             if caught and w.held_s() >= scale.stable_for:
-                break
+                deadline = time.time()  # the phase would end: pending pages may hold it
+    if w.held_for:
+        w.held_s_for_pending = max(0.0, time.time() - deadline)
     if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
         _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
     return w
+
+
+def _held_check(w: _Watched) -> Check | None:
+    """Information: the pending pages that held the revert, and for how long."""
+    if not w.held_for:
+        return None
+    names = sorted(w.held_for)
+    return Check(
+        "held_for_pending",
+        None,
+        f"the revert waited {w.held_s_for_pending:.1f} s for {', '.join(names)}, pending: "
+        "a revert in the middle of a for: races the page",
+        {"alerts": names, "held_s": round(w.held_s_for_pending, 1)},
+    )
+
+
+def _rule_timing(stack: ValidateTarget) -> dict[str, tuple[float, float]]:
+    """Each alerting rule's ``for:`` and its group's evaluation interval, seconds (the
+    stack's tick where the group names none)."""
+    out: dict[str, tuple[float, float]] = {}
+    for group in stack.engine.groups:
+        interval = group.interval or float(stack.config.tick)
+        for rule in group.alerting_rules:
+            out[rule.alert] = (rule.for_, interval)
+    return out
+
+
+def _hold_cap(stack: ValidateTarget, expect: _Expect, config: ValidateConfig) -> float:
+    """The longest a pending page may hold the fault: the longest ``for:`` of a rule the
+    case allows plus two evaluations, and never past the wait for recovery (the
+    fault's own time-out leaves room for that wait after the longest phase)."""
+    timing = _rule_timing(stack)
+    longest = max(
+        (f + 2 * i for name, (f, i) in timing.items() if name in expect.allowed), default=0.0
+    )
+    return min(longest, _recover_phase(stack, config))
+
+
+def _pending_pages(stack: ValidateTarget, expect: _Expect, now: float) -> set[str]:
+    """Paging alerts the case allows that are pending now and due to fire within two
+    evaluations of their ``for:`` (one pending longer than that is not waiting on it)."""
+    timing = _rule_timing(stack)
+    out: set[str] = set()
+    for e in stack.engine.active():
+        if e.state != "pending" or e.alertname not in expect.allowed:
+            continue
+        if e.labels.get("severity", "") not in PAGING or e.alertname not in timing:
+            continue
+        for_s, interval = timing[e.alertname]
+        if now < e.active_at + for_s + 2 * interval:
+            out.add(e.alertname)
+    return out
 
 
 def _poll(
