@@ -364,17 +364,35 @@ async def test_an_idle_service_admits_even_after_learning_slow_latencies() -> No
     assert admitted and ctl.in_flight == 0
 
 
+class _SteppedClock:
+    """``time.monotonic`` plus the seconds a test steps it by: latencies the controller
+    learns are the steps, not how fast a loaded machine ran the test's sleeps."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
 async def test_a_request_granted_too_late_to_finish_is_refused_and_hands_the_slot_on() -> None:
     registry = CollectorRegistry()
-    ctl = controller(registry, initial_limit=1, queue_size=4)
-    await learn_latency(ctl, 0.02, n=3)
+    clock = _SteppedClock()
+    ctl = AdmissionController(
+        AdmissionConfig(adaptive=False, initial_limit=1, queue_size=4),
+        registry=registry,
+        clock=clock,
+    )
+    for _ in range(3):  # three requests of 20 ms
+        async with ctl.admit():
+            clock.offset += 0.02
     release = asyncio.Event()
     holder = asyncio.ensure_future(hold(ctl, release))
     await settle()
     waiter = asyncio.ensure_future(hold(ctl, release, timeout=0.5))
     await settle()
-    # the holder is slow: when it finishes, the estimate has grown past the time left
-    await asyncio.sleep(0.35)
+    # the holder takes 0.35 s: when it finishes, the estimate has grown past the time left
+    clock.offset += 0.35
     release.set()
     await holder
     with pytest.raises(AdmissionRefused, match="at the grant"):
