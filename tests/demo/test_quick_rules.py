@@ -18,7 +18,6 @@ from aivitals.alerts import (
 )
 from aivitals.demo import FOR_SPANS_WINDOW, QUICK_RULES, for_floors, scale_for
 from aivitals.errors import ConfigError
-from aivitals.tsdb import Store
 from aivitals.validate._record import load_recording
 from tests._paths import FIXTURES, REPO
 
@@ -204,7 +203,7 @@ def test_a_for_floor_never_raises_the_shipped_for_and_leaves_other_rules_alone()
     assert got.pop("CacheHitRatioDrop") == 60.0  # the shipped 1m, not the hour asked
     fors.pop("CacheHitRatioDrop")
     assert got == fors
-    assert for_floors(PackParams()) == {"CacheHitRatioDrop": 60.0, "LatencyHighWorkersIdle": 60.0}
+    assert for_floors(PackParams()) == {"CacheHitRatioDrop": 60.0}
     assert set(FOR_SPANS_WINDOW) <= set(pack.alert_names)
 
 
@@ -241,56 +240,3 @@ def test_one_slow_inference_in_a_sparse_window_does_not_page_and_a_slowdown_does
     c_revert = float(contention.label["t_revert"]) - c0
     fired = _fires(_inference_rule(0.25), CONTENTION, c_fault, c_revert)
     assert fired and fired[0] - c_fault <= 15.0, (fired, c_fault)
-
-
-#: A quick event_loop_blocked case (0.3 s a request) whose held requests finished at
-#: once when the loop was freed: their mean time outside the model stayed over 0.5 s
-#: for three evaluations after the revert while the pool idled.
-FLUSH = FIXTURES / "recordings" / "event-loop-blocked-flush" / "event_loop_blocked.json"
-
-
-def _engine_fires(label: Path, *, floors: bool) -> list[float]:
-    """When LatencyHighWorkersIdle fires (seconds after the revert) with the whole quick
-    pack replayed on ``label``'s recording at the live engine's evaluation phase."""
-    import json
-    import math
-
-    pack = default_pack(**QUICK_RULES)
-    groups = load_rules(
-        scale_for(pack.text, 60.0, floors=for_floors(pack.params) if floors else None)
-    )
-    rec = load_recording(label)
-    # the raw series only: the pack's recording rules are evaluated anew, as by an engine
-    # that has every scrape in hand at each evaluation (live, a slow scrape lands late)
-    recorded, store = rec.store(), Store(retention=1e9)
-    for name in recorded.metric_names():
-        if ":" in name or name.startswith("ALERTS"):
-            continue
-        labels, ts, vs, off = recorded.fetch([("__name__", "=", name)], 0, 2**62)
-        for i, lab in enumerate(labels):
-            tags = {k: v for k, v in dict(lab).items() if k != "__name__"}
-            for t_ms, v in zip(ts[off[i] : off[i + 1]], vs[off[i] : off[i + 1]], strict=True):
-                store.append(name, tags, float(v), float(t_ms) / 1000)
-    alerts = json.loads(label.read_text())["alerts"]
-    phase = alerts[0]["active_at"] % 1.0 if alerts else 0.0
-    engine = RuleEngine(store, groups)
-    t = math.floor(float(rec.label["t_baseline"])) + phase
-    while t <= float(rec.end):
-        engine.evaluate(t)
-        t += 1.0
-    t_revert = float(rec.label["t_revert"])
-    return [
-        round(e.at - t_revert, 1)
-        for e in engine.history()
-        if e.alertname == "LatencyHighWorkersIdle" and e.state == "firing"
-    ]
-
-
-def test_the_requests_a_fault_held_finishing_after_it_do_not_page_on_their_own() -> None:
-    old = _engine_fires(FLUSH, floors=False)
-    new = _engine_fires(FLUSH, floors=True)
-    # the hazard is in the data: with for: 2s the flush's one window pages after the revert
-    assert any(0 <= at <= 8 for at in old), old
-    # held for its 4 s window, it fires during the fault and not after the revert
-    assert new and all(at < 0 for at in new), new
-    assert _alert(QUICK_RULES, "LatencyHighWorkersIdle").for_ == 2.0  # 2m / 60 unfloored

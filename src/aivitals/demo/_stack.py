@@ -63,15 +63,8 @@ QUICK_RULES: dict[str, Any] = dict(QUICK.rule_windows)
 #: overlapping 4 s windows of a healthy Zipf cache read 1 hit in 14 lookups for 1-2 s in
 #: every quick soak recorded, enough to page P1. A real stampede holds it
 #: 8-18 s (quick cache_stampede recordings, all three severities), so ``for: 4s`` still
-#: fires within its 15 s fault phase. LatencyHighWorkersIdle holds 2m over a 1m mean of
-#: the time requests spend outside the model: the requests a fault held (a blocked loop)
-#: finish together once it ends, and their waits fill the short window after it while
-#: the pool idles. At 2 s (2m / 60) that one window can page after the revert by itself;
-#: at its 4 s window it has to have held during the fault.
-FOR_SPANS_WINDOW: dict[str, str] = {
-    "CacheHitRatioDrop": "short_window",
-    "LatencyHighWorkersIdle": "short_window",
-}
+#: fires within its 15 s fault phase.
+FOR_SPANS_WINDOW: dict[str, str] = {"CacheHitRatioDrop": "short_window"}
 _FOR = re.compile(r"^(\s*for:\s*)(\S+)\s*$")
 _INTERVAL = re.compile(r"^(\s*interval:\s*)(\S+)\s*$", re.M)
 _RULE = re.compile(r"^\s*-\s*(alert|record):\s*(\S+)\s*$")
