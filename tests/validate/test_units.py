@@ -405,53 +405,35 @@ groups:
 """
 
 
-def _watched(
-    monkeypatch: pytest.MonkeyPatch,
-    first_match_s: float | None,
-    fault: str = "gpu_oom",
-    pending: Callable[[float], list[Any]] = lambda now: [],
-) -> tuple[Any, float]:
-    """``_watch`` on a case of ``fault`` whose diagnosis first names it ``first_match_s``
-    after the injection (None: never), its alert firing at once, ``pending(now)`` the
-    engine's pending alerts; the polls and the phase's end."""
-    from aivitals.alerts import load_rules
-    from aivitals.chaos import FAULT_TABLE
+def _watched(monkeypatch: pytest.MonkeyPatch, first_match_s: float | None) -> tuple[Any, float]:
+    """``_watch`` on a case whose diagnosis first names the fault ``first_match_s`` after
+    the injection (None: never), its alert firing at once; the polls and the phase's end."""
     from aivitals.validate import _runner
 
     clock = _Clock()
     monkeypatch.setattr(_runner, "time", clock)
     t_fault = clock.now
-    signature = FAULT_TABLE[fault].signature
 
     def poll(stack: Any, expect: Any, w: Any, t_base: float, t_f: float, now: float) -> None:
         hit = first_match_s is not None and now - t_f >= first_match_s
-        w.polls.append(_runner.Poll(now - t_f, hit, f"{signature} 0.9" if hit else "nothing"))
+        w.polls.append(_runner.Poll(now - t_f, hit, "gpu_oom 0.9" if hit else "nothing"))
 
     monkeypatch.setattr(_runner, "_poll", poll)
 
     class Stack:
-        class config:
-            tick = 1.0
-
         class service:
             @staticmethod
             def alive() -> bool:
                 return True
 
         class engine:
-            groups = load_rules(_HOLD_RULES)
-
             @staticmethod
             def history(start: float | None = None) -> list[Any]:
-                ev = _Event(FAULT_TABLE[fault].alerts[0], "P0")
+                ev = _Event("GPUOutOfMemoryErrors", "P0")
                 ev.fired_at = t_fault + 1.0
                 return [ev]
 
-            @staticmethod
-            def active() -> list[Any]:
-                return pending(clock.now)
-
-    expect = _expect(fault)
+    expect = _expect("gpu_oom")
     config = ValidateConfig(quick=True)
     w = _runner._watch(Stack(), expect, t_fault - 10, t_fault, 25.0, config)  # type: ignore[arg-type]
     return w, clock.now - t_fault
@@ -482,44 +464,63 @@ def _pending(name: str, since: float) -> Any:
     return ev
 
 
-def test_a_listed_consequence_pending_at_the_end_holds_the_revert_until_it_fires(
+def _hold(
+    monkeypatch: pytest.MonkeyPatch, fault: str, pending: Callable[[float], list[Any]]
+) -> tuple[Any, float]:
+    """``_hold_for_pending`` on a case of ``fault`` whose engine has ``pending(now)``
+    pending (rules of ``_HOLD_RULES``), in virtual time: its check and how long it held."""
+    from aivitals.alerts import load_rules
+    from aivitals.validate import _runner
+
+    clock = _Clock()
+    monkeypatch.setattr(_runner, "time", clock)
+    start = clock.now
+
+    class Stack:
+        class config:
+            tick = 1.0
+
+        class engine:
+            groups = load_rules(_HOLD_RULES)
+
+            @staticmethod
+            def active() -> list[Any]:
+                return pending(clock.now)
+
+    check = _runner._hold_for_pending(Stack(), _expect(fault), ValidateConfig(quick=True))  # type: ignore[arg-type]
+    return check, clock.now - start
+
+
+def test_a_listed_consequence_pending_at_the_revert_holds_it_until_it_fires(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
-    ends = 1000.0 + plain  # where the phase ends with nothing pending
-    # ProbeFailing (a listed consequence, P1, for: 2s) pends 1 s before that end and
-    # fires 2 s later: the revert waits for it instead of racing its for:
-    fires = ends + 1.0
-
+    # ProbeFailing (a listed consequence of a blocked loop, P1, for: 2s) pended 1 s
+    # before the revert was due and fires 1 s after: the revert waits instead of racing
     def probe(now: float) -> list[Any]:
-        return [_pending("ProbeFailing", ends - 1.0)] if now < fires else []
+        return [_pending("ProbeFailing", 999.0)] if now < 1001.0 else []
 
-    w, held = _watched(monkeypatch, 6.0, "event_loop_blocked", probe)
-    assert w.held_for == {"ProbeFailing"}
-    assert held >= fires - 1000.0 and held > plain
-    assert w.held_s_for_pending >= 1.0
-    check = _runner_held_check(w)
+    check, held = _hold(monkeypatch, "event_loop_blocked", probe)
+    assert held == 1.0
     assert check is not None and check.ok is None
-    assert "waited" in check.text and "ProbeFailing" in check.text
+    assert check.data == {"alerts": ["ProbeFailing"], "held_s": 1.0}
+    assert "the revert waited 1.0 s for ProbeFailing" in check.text
 
 
 def test_only_a_listed_paging_alert_within_its_for_holds_the_revert(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
-
-    def unlisted(now: float) -> list[Any]:
-        return [_pending("DiskSaturated", now - 0.5)]  # not a consequence of the case
-
-    w, ended = _watched(monkeypatch, 6.0, "event_loop_blocked", unlisted)
-    assert not w.held_for and ended == plain
-    assert _runner_held_check(w) is None
-
-    def stale(now: float) -> list[Any]:
-        return [_pending("ProbeFailing", now - 10.0)]  # pending far past its for: 2s
-
-    w, ended = _watched(monkeypatch, 6.0, "event_loop_blocked", stale)
-    assert not w.held_for and ended == plain
+    # an unlisted alert is judged as a false alert, not waited for
+    check, held = _hold(
+        monkeypatch, "event_loop_blocked", lambda now: [_pending("DiskSaturated", now - 0.5)]
+    )
+    assert check is None and held == 0.0
+    # one pending far past its for: 2s is not waiting on it
+    check, held = _hold(
+        monkeypatch, "event_loop_blocked", lambda now: [_pending("ProbeFailing", now - 10.0)]
+    )
+    assert check is None and held == 0.0
+    check, held = _hold(monkeypatch, "event_loop_blocked", lambda now: [])
+    assert check is None and held == 0.0
 
 
 def test_a_pending_page_holds_the_revert_no_longer_than_the_cap(
@@ -528,18 +529,10 @@ def test_a_pending_page_holds_the_revert_no_longer_than_the_cap(
     # a consequence that keeps pending anew (always 0.5 s into its for:) cannot hold
     # the fault for ever: at most the longest for: the case allows (ProbeFailing's 2 s
     # among this engine's rules) plus two evaluations of 1 s
-    _, plain = _watched(monkeypatch, 6.0, "event_loop_blocked")
-    w, ended = _watched(
-        monkeypatch, 6.0, "event_loop_blocked", lambda now: [_pending("ProbeFailing", now - 0.5)]
+    check, held = _hold(
+        monkeypatch, "event_loop_blocked", lambda now: [_pending("ProbeFailing", now - 0.5)]
     )
-    assert w.held_for == {"ProbeFailing"}
-    assert plain + 4.0 <= ended <= plain + 5.0
-
-
-def _runner_held_check(w: Any) -> Any:
-    from aivitals.validate._runner import _held_check
-
-    return _held_check(w)
+    assert check is not None and held == 4.0
 
 
 def test_an_unlisted_paging_alert_fails_the_case() -> None:

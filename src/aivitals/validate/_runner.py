@@ -678,8 +678,6 @@ def _scenario(
             Check(f"beyond_reach:{name}", None, f"{name} not expected at {c.severity}: {why}")
             for name, why in beyond.items()
         ),
-        _also_fired(stack, expect, t_fault),
-        _held_check(watch),
         _diagnosis_check(watch, expect),
         _log_check(
             log_path,
@@ -703,6 +701,10 @@ def _scenario(
                     capacity=capacity,
                 )
             )
+    if stack.service.alive():
+        checks.append(_hold_for_pending(stack, expect, config))
+    # judged after the hold, in its place before the diagnosis's line
+    checks.insert(1 + len(expect.alerts) + len(beyond), _also_fired(stack, expect, t_fault))
     for check in checks:
         if check is not None:
             echo(result.add(check).line())
@@ -931,10 +933,6 @@ class _Watched:
     diagnosis: Any = None
     #: the case's findings with memory: its polls are successive looks at one incident
     memory: Any = None
-    #: paging alerts the case allows that were pending when the phase would have ended,
-    #: and how long they held the fault (``_watch``)
-    held_for: set[str] = field(default_factory=set)
-    held_s_for_pending: float = 0.0
 
     @property
     def first_match(self) -> int | None:
@@ -979,13 +977,6 @@ def _watch(
 
     Every poll is kept: the diagnosis check requires the last one and every one
     after the first match to agree. The fault phase's last poll is taken at its end.
-
-    When the phase would end, a paging alert the case allows that is pending holds the
-    fault until it fires or stops pending (``_pending_pages``), at most
-    ``_hold_cap`` seconds: its condition reads windows that still hold the fault for a
-    while after the revert, so a revert in the middle of its ``for:`` makes whether it
-    pages after the fault ended a race between the two, which says nothing about the
-    monitor. The recovery check then judges only pages the recovery itself brings.
     """
     from ..diagnose import FindingMemory
 
@@ -993,16 +984,7 @@ def _watch(
     w = _Watched(memory=FindingMemory(scale.hold))
     next_diag = t_fault + config.phase("fault_min")
     deadline = t_fault + fault_max
-    hold_end: float | None = None  # set once the phase would end
-    while True:
-        now = time.time()
-        if hold_end is None and now >= deadline:
-            hold_end = now + _hold_cap(stack, expect, config)
-        if hold_end is not None:
-            pending = _pending_pages(stack, expect, now)
-            if not pending or now >= hold_end:
-                break
-            w.held_for.update(pending)
+    while time.time() < deadline:
         time.sleep(1.0)
         if not stack.service.alive():
             break
@@ -1014,29 +996,48 @@ def _watch(
             _poll(stack, expect, w, t_base, t_fault, now)
             next_diag = time.time() + scale.poll_every
         first = w.first_match
-        if first is not None and hold_end is None:
+        if first is not None:
             deadline = max(deadline, t_fault + w.polls[first].after_s + scale.stable_for)
             caught = set(w.fired) >= set(expect.alerts)
             if caught and w.held_s() >= scale.stable_for:
-                deadline = time.time()  # the phase would end: pending pages may hold it
-    if w.held_for:
-        w.held_s_for_pending = max(0.0, time.time() - deadline)
+                break
     if not w.polls or time.time() - (t_fault + w.polls[-1].after_s) > 1.5:
         _poll(stack, expect, w, t_base, t_fault, time.time())  # the end of the fault phase
     return w
 
 
-def _held_check(w: _Watched) -> Check | None:
-    """Information: the pending pages that held the revert, and for how long."""
-    if not w.held_for:
+def _hold_for_pending(
+    stack: ValidateTarget, expect: _Expect, config: ValidateConfig
+) -> Check | None:
+    """Hold the fault, just before its revert, while a paging alert the case allows is
+    pending within its ``for:`` (``_pending_pages``), at most ``_hold_cap`` seconds; an
+    information line when it held.
+
+    Such an alert reads windows that still hold the fault for a while after the revert,
+    so a revert in the middle of its ``for:`` makes whether it pages after the fault a
+    race between the two, which says nothing about the monitor; the recovery check then
+    judges only the pages the recovery itself brings. Unlisted alerts are not waited
+    for, and ``_also_fired`` is judged after the hold, so nothing fires unjudged.
+    """
+    start = time.time()
+    end = start + _hold_cap(stack, expect, config)
+    held: set[str] = set()
+    while time.time() < end:
+        pending = _pending_pages(stack, expect, time.time())
+        if not pending:
+            break
+        held |= pending
+        time.sleep(min(1.0, max(0.0, end - time.time())))
+    if not held:
         return None
-    names = sorted(w.held_for)
+    took = time.time() - start
+    names = sorted(held)
     return Check(
         "held_for_pending",
         None,
-        f"the revert waited {w.held_s_for_pending:.1f} s for {', '.join(names)}, pending: "
+        f"the revert waited {took:.1f} s for {', '.join(names)}, pending: "
         "a revert in the middle of a for: races the page",
-        {"alerts": names, "held_s": round(w.held_s_for_pending, 1)},
+        {"alerts": names, "held_s": round(took, 1)},
     )
 
 
