@@ -671,13 +671,15 @@ def _scenario(
     # the recovery's load, straight to the service, takes over; the fault's report completes
     relay.hand_to(_load(config, stack.service.url), max_seconds=_CARRY_S)
 
-    checks: list[Check | None] = [
+    alert_checks: list[Check | None] = [
         _impact(base, phase, expect),
         *_alert_checks(stack, expect.alerts, watch.fired, t_fault, t_end, fault_max),
         *(
             Check(f"beyond_reach:{name}", None, f"{name} not expected at {c.severity}: {why}")
             for name, why in beyond.items()
         ),
+    ]
+    checks: list[Check | None] = [
         _diagnosis_check(watch, expect),
         _log_check(
             log_path,
@@ -703,9 +705,8 @@ def _scenario(
             )
     if stack.service.alive():
         checks.append(_hold_for_pending(stack, expect, config))
-    # judged after the hold, in its place before the diagnosis's line
-    checks.insert(1 + len(expect.alerts) + len(beyond), _also_fired(stack, expect, t_fault))
-    for check in checks:
+    # judged after the hold, reported with the other alert checks
+    for check in [*alert_checks, _also_fired(stack, expect, t_fault), *checks]:
         if check is not None:
             echo(result.add(check).line())
     if not stack.service.alive():
@@ -1019,11 +1020,12 @@ def _hold_for_pending(
     judges only the pages the recovery itself brings. Unlisted alerts are not waited
     for, and ``_also_fired`` is judged after the hold, so nothing fires unjudged.
     """
+    timing = _rule_timing(stack)
     start = time.time()
-    end = start + _hold_cap(stack, expect, config)
+    end = start + _hold_cap(stack, timing, expect, config)
     held: set[str] = set()
     while time.time() < end:
-        pending = _pending_pages(stack, expect, time.time())
+        pending = _pending_pages(stack, timing, expect, time.time())
         if not pending:
             break
         held |= pending
@@ -1052,21 +1054,28 @@ def _rule_timing(stack: ValidateTarget) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _hold_cap(stack: ValidateTarget, expect: _Expect, config: ValidateConfig) -> float:
+def _hold_cap(
+    stack: ValidateTarget,
+    timing: Mapping[str, tuple[float, float]],
+    expect: _Expect,
+    config: ValidateConfig,
+) -> float:
     """The longest a pending page may hold the fault: the longest ``for:`` of a rule the
-    case allows plus two evaluations, and never past the wait for recovery (the
-    fault's own time-out leaves room for that wait after the longest phase)."""
-    timing = _rule_timing(stack)
+    case allows plus two evaluations (``timing``: ``_rule_timing``), and never past the
+    wait for recovery (the fault's own time-out leaves room for that wait after the
+    longest phase)."""
     longest = max(
         (f + 2 * i for name, (f, i) in timing.items() if name in expect.allowed), default=0.0
     )
     return min(longest, _recover_phase(stack, config))
 
 
-def _pending_pages(stack: ValidateTarget, expect: _Expect, now: float) -> set[str]:
+def _pending_pages(
+    stack: ValidateTarget, timing: Mapping[str, tuple[float, float]], expect: _Expect, now: float
+) -> set[str]:
     """Paging alerts the case allows that are pending now and due to fire within two
-    evaluations of their ``for:`` (one pending longer than that is not waiting on it)."""
-    timing = _rule_timing(stack)
+    evaluations of their ``for:`` (``timing``: ``_rule_timing``; one pending longer than
+    that is not waiting on it)."""
     out: set[str] = set()
     for e in stack.engine.active():
         if e.state != "pending" or e.alertname not in expect.allowed:
