@@ -34,7 +34,6 @@ UNRECORDED: frozenset[tuple[str, str]] = frozenset(
         ("gpu_oom", "HostCPUSaturated"),
         ("gpu_xid", "GPUUtilizationLow"),
         ("gpu_xid", "ServiceNotReady"),
-        ("network_loss", "ProbeFailing"),
         ("process_memory_leak", "InferenceLatencyHigh"),
         ("timeouts_not_aborting", "HTTP429RateHigh"),
         ("timeouts_not_aborting", "HostCPUSaturated"),
