@@ -3,8 +3,11 @@ the same port, state and inode as the /proc/net/tcp text reports."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import threading
+import time
 
 from aivitals.collect import HostCollector, ProcessCollector
 from aivitals.collect._procfs import parse_listen_queues, parse_tcp_table
@@ -79,3 +82,43 @@ def test_the_accept_queue_of_a_socket_nobody_accepts_from() -> None:
         finally:
             for c in clients:
                 c.close()
+
+
+def test_a_blocked_event_loop_leaves_new_connections_in_the_accept_queue() -> None:
+    """An asyncio server accepts as soon as its loop runs. While a handler blocks the loop
+    (a synchronous sleep or IO), new connections wait in the kernel's accept queue, the
+    queue QueueBacklog reads as ``accept:<port>``; the loop drains it once it runs again."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    blocked, release = threading.Event(), threading.Event()
+
+    def block() -> None:
+        blocked.set()
+        release.wait(10)
+
+    clients: list[socket.socket] = []
+    try:
+        loop.call_soon_threadsafe(block)
+        assert blocked.wait(5)
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+        assert listen_queues()[port][0] == 5
+        release.set()
+        deadline = time.monotonic() + 5
+        while listen_queues()[port][0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert listen_queues()[port][0] == 0
+    finally:
+        release.set()
+        for c in clients:
+            c.close()
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
