@@ -2,12 +2,14 @@
 
 One light process (``python -m aivitals.fleet._expose``, asyncio) serves every node's
 exposition: ``/node/<i>/agent/metrics`` (the GPU families, shaped by the H200
-recording in ``tests/fixtures/gpu/h200/scenarios.csv``, each GPU from its own offset)
-and ``/node/<i>/service/metrics`` (request counters, a latency histogram, Redis
-lookups, each node at its own rate and latency), values advancing one recorded row
-per 15 s of wall time. After ``--warmup`` seconds one GPU of one node (picked by the
-seed) follows the recording's ``leak`` phase (2 GB a row, so 2 GB every 15 s). Two
-file_sd files list the 2,000 targets (``__metrics_path__``, ``node="sim-node-<i>"``).
+recording in ``tests/fixtures/gpu/h200/scenarios.csv``, each GPU from its own offset,
+and the host, process, kernel-log and collector families a real agent exports, at
+steady simulated levels) and ``/node/<i>/service/metrics`` (request counters, a
+latency histogram, Redis lookups, each node at its own rate and latency), values
+advancing one recorded row per 15 s of wall time. After ``--warmup`` seconds one GPU
+of one node (picked by the seed) follows the recording's ``leak`` phase (2 GB a row,
+so 2 GB every 15 s). Two file_sd files list the 2,000 targets (``__metrics_path__``,
+``node="sim-node-<i>"``).
 
 Then, at the same time:
 

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aivitals.errors import ConfigError
 from aivitals.fleet._expose import (
+    AGENT_HOST_SERIES,
     AGENT_SERIES_PER_GPU,
     JOBS,
     SERVICE_SERIES,
@@ -22,6 +23,7 @@ from aivitals.fleet._expose import (
     write_file_sd,
 )
 from aivitals.fleet._synth import RecordedShapes, SynthFleet
+from aivitals.signals import family_of
 from aivitals.tsdb._exposition import ExpositionParser
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h200" / "scenarios.csv"
@@ -50,14 +52,44 @@ def test_pages_parse_with_both_parsers(shapes: RecordedShapes) -> None:
     lf = live(shapes)
     t = START + 30.0
     agent, service = lf.agent_text(2, t), lf.service_text(2, t)
-    assert len(samples(agent)) == 4 * AGENT_SERIES_PER_GPU
+    assert len(samples(agent)) == 4 * AGENT_SERIES_PER_GPU + AGENT_HOST_SERIES
     assert len(samples(service)) == SERVICE_SERIES
     for text in (agent, service):
         rows = ExpositionParser().parse(text)
         assert len(rows) == len(samples(text))
-    # simulated, and said so on every GPU series
-    assert all(dict(k[1])["backend"] == "sim" for k in samples(agent))
-    assert "SIMULATED" in agent and "SIMULATED" in service
+    # simulated, and said so on every GPU series and every family's help
+    assert all(dict(k[1])["backend"] == "sim" for k in samples(agent) if k[0].startswith("gpu_"))
+    for text in (agent, service):
+        helps = [line for line in text.splitlines() if line.startswith("# HELP")]
+        assert helps and all("SIMULATED" in line for line in helps)
+
+
+def test_the_agent_page_has_the_families_a_real_agent_exports(shapes: RecordedShapes) -> None:
+    """Beside the GPU: the host, the server process, the kernel log and the collectors,
+    each under its catalogue name with exactly its catalogue labels, so the rule pack's
+    host rules read them (HostMetricsAbsent does not fire on a simulated node)."""
+    page = samples(live(shapes).agent_text(1, START + 30.0))
+    families = {name for name, _ in page}
+    for name, labels in page:
+        spec = family_of(name)
+        assert spec is not None, name
+        if not name.startswith("gpu_"):
+            assert {k for k, _ in labels} == set(spec.labels), name
+    for family in (
+        "host_cpu_seconds_total",
+        "host_memory_available_bytes",
+        "host_filesystem_available_bytes",
+        "host_disk_io_time_seconds_total",
+        "host_network_receive_bytes_total",
+        "host_tcp_retransmitted_segments_total",
+        "service_process_resident_memory_bytes",
+        "kernel_oom_kills_total",
+        "aivitals_collector_up",
+    ):
+        assert family in families, family
+    # a steady host: a third or so of its CPUs busy, and far from any alert level
+    modes = {dict(k)["mode"]: v for (n, k), v in page.items() if n == "host_cpu_seconds_total"}
+    assert 0.1 <= 1 - modes["idle"] / sum(modes.values()) <= 0.6
 
 
 def test_each_node_has_its_own_values(shapes: RecordedShapes) -> None:
@@ -72,11 +104,12 @@ def test_each_node_has_its_own_values(shapes: RecordedShapes) -> None:
 
 def test_counters_only_grow(shapes: RecordedShapes) -> None:
     lf = live(shapes)
-    before = samples(lf.service_text(4, START + 100.0))
-    after = samples(lf.service_text(4, START + 115.0))
-    for key, value in before.items():
-        if key[0].endswith(("_total", "_count", "_bucket", "_sum")):
-            assert after[key] >= value, key
+    for page in (lf.service_text, lf.agent_text):
+        before = samples(page(4, START + 100.0))
+        after = samples(page(4, START + 115.0))
+        for key, value in before.items():
+            if key[0].endswith(("_total", "_count", "_bucket", "_sum")):
+                assert after[key] >= value, key
 
 
 def process_memory(lf: LiveFleet, node: int, gpu: int, t: float) -> float:
@@ -147,4 +180,4 @@ def test_served_over_http(shapes: RecordedShapes) -> None:
 
     status, text, missing = asyncio.run(scenario())
     assert status == 200 and missing == 404
-    assert len(samples(text)) == 4 * AGENT_SERIES_PER_GPU
+    assert len(samples(text)) == 4 * AGENT_SERIES_PER_GPU + AGENT_HOST_SERIES

@@ -5,8 +5,11 @@ fault) and renders, at any wall time, what each node's agent and service would
 expose: the same families and labels as ``SynthFleet.series()`` (GPU memory,
 utilization, power, clock, temperature, the server process's GPU memory; request
 counters, a latency histogram, Redis lookups), each node from its own offsets and
-rates. The recording advances one row per ``step`` seconds of wall time, so two
-scrapers in the same step read the same values. After ``warmup`` seconds the fault
+rates, and on the agent's page the host, process, kernel-log and collector families a
+real agent exports beside the GPU's (steady SIMULATED values, each node its own), so a
+scraper stores and a rule pack evaluates as many series per node as on a real fleet.
+The recording advances one row per ``step`` seconds of wall time, so two scrapers in
+the same step read the same values. After ``warmup`` seconds the fault
 starts (the faulty GPU follows the recording's ``leak`` phase). ``up`` is not
 exposed: the scraper writes it; nor are ``node`` and ``instance``, which the scraper
 attaches from the file_sd target (as it does for a real node).
@@ -52,9 +55,29 @@ _GPU_FAMILIES = (
     ("gpu_temperature_celsius", "gauge", "temp_c"),
     ("gpu_process_memory_used_bytes", "gauge", "server_proc_mem"),
 )
-#: Series of one node's agent page and service page (the file_sd test and the benchmark
-#: count on them).
+#: A simulated node's host: CPUs, memory, its root filesystem and data disk, one NIC.
+_CPUS = 64
+_MEMORY = 2048 * 2**30
+_DISK_SIZE = 3.84e12
+#: share of the busy CPU time spent in each mode (the rest of the time is idle)
+_BUSY_MODES = (("user", 0.72), ("system", 0.18), ("iowait", 0.02), ("softirq", 0.08))
+_COLLECTORS = ("gpu", "host", "process", "kernel_log", "probe")
+#: Series of one node's agent page (per GPU, and the host's besides) and service page
+#: (the file_sd test and the benchmark count on them).
 AGENT_SERIES_PER_GPU = len(_GPU_FAMILIES)
+AGENT_HOST_SERIES = (
+    (len(_BUSY_MODES) + 1)  # host_cpu_seconds_total by mode, idle included
+    + 4  # host_cpus, host_load1/5/15
+    + 7  # memory, swap, pages swapped in/out, OOM kills
+    + 6  # the disk: busy, weighted, read/write time, reads/writes completed
+    + 7  # the filesystem: size, free, available, files, files free, read-only, error
+    + 8  # the NIC: bytes, packets, errors and drops, each way
+    + 3  # TCP: segments out, retransmitted, connections established
+    + 6  # the server process: memory, fds, max fds, threads, CPU, connections
+    + 3  # kernel log: OOM kills, hung tasks, lines
+    + 2 * len(_COLLECTORS)  # each collector's up and duration
+    + 1  # aivitals_gpu_backend_info
+)
 SERVICE_SERIES = 2 + len(_LE) + 1 + 3 + 1
 
 
@@ -76,6 +99,11 @@ class LiveFleet:
         self._offsets = rng.integers(0, self._rows, size=(fleet.nodes, fleet.gpus))
         self._rate = fleet.rps * np.maximum(1.0 + 0.02 * rng.standard_normal(fleet.nodes), 0.5)
         self._median = 0.08 * (1.0 + 0.05 * rng.standard_normal(fleet.nodes))
+        # each host its own steady level: the busy share of its CPUs, the memory the
+        # model's workers hold, and how long it has been up (counters start there)
+        self._busy = np.clip(0.3 + 0.05 * rng.standard_normal(fleet.nodes), 0.1, 0.6)
+        self._used = np.clip(0.4 + 0.05 * rng.standard_normal(fleet.nodes), 0.2, 0.7)
+        self._uptime = rng.uniform(1e5, 1e7, size=fleet.nodes)
 
     def node_name(self, i: int) -> str:
         return self.fleet.node_name(i)
@@ -109,7 +137,7 @@ class LiveFleet:
         return col
 
     def agent_text(self, i: int, t: float) -> str:
-        """Node ``i``'s agent exposition (the GPU families) at ``t``."""
+        """Node ``i``'s agent exposition at ``t``: the GPU families, then the host's."""
         col = self.gpu_values(i, t)
         out: list[str] = []
         for name, kind, c in _GPU_FAMILIES:
@@ -121,7 +149,88 @@ class LiveFleet:
             for g, v in enumerate(col[c].tolist()):
                 labels = f'gpu="{g}",backend="sim"' + extra.format(pid=1000 + g)
                 out.append(f"{name}{{{labels}}} {v!r}")
+        out += self._host_lines(i, t)
         return "\n".join(out) + "\n"
+
+    def _host_lines(self, i: int, t: float) -> list[str]:
+        """The host, process, kernel-log and collector families of node ``i`` at ``t``:
+        steady levels from the node's own draw, with the same 1 % noise per step as the
+        GPU's, and counters that grow at those levels from the node's uptime."""
+        f = self.fleet
+        k = max(int((t - self.start) // f.step), 0)
+        at = float(self._uptime[i - 1]) + k * f.step  # counters move once a step too
+        noise = 1.0 + 0.01 * float(np.random.default_rng((f.seed, i, k, 1)).standard_normal())
+        busy = float(self._busy[i - 1])  # counters integrate the level, so no noise on it
+        rate = float(self._rate[i - 1])
+        requests = rate * at
+        rows: list[tuple[str, str, str, float]] = []
+
+        def add(name: str, kind: str, labels: str, value: float) -> None:
+            rows.append((name, kind, labels, float(value)))  # numpy scalars repr otherwise
+
+        cpu = _CPUS * at
+        for mode, share in _BUSY_MODES:
+            add("host_cpu_seconds_total", "counter", f'mode="{mode}"', cpu * busy * share)
+        add("host_cpu_seconds_total", "counter", 'mode="idle"', cpu * (1.0 - busy))
+        add("host_cpus", "gauge", "", float(_CPUS))
+        for name, lag in (("host_load1", 1.0), ("host_load5", 0.99), ("host_load15", 0.98)):
+            add(name, "gauge", "", _CPUS * busy * lag * noise)
+        add("host_memory_total_bytes", "gauge", "", float(_MEMORY))
+        add("host_memory_available_bytes", "gauge", "", _MEMORY * (1.0 - self._used[i - 1]))
+        add("host_swap_total_bytes", "gauge", "", 0.0)
+        add("host_swap_used_bytes", "gauge", "", 0.0)
+        add("host_swap_in_pages_total", "counter", "", 0.0)
+        add("host_swap_out_pages_total", "counter", "", 0.0)
+        add("host_oom_kills_total", "counter", "", 0.0)
+        disk = 'device="nvme0n1"'
+        add("host_disk_io_time_seconds_total", "counter", disk, 0.05 * at)
+        add("host_disk_io_time_weighted_seconds_total", "counter", disk, 0.08 * at)
+        add("host_disk_read_time_seconds_total", "counter", disk, 0.03 * at)
+        add("host_disk_write_time_seconds_total", "counter", disk, 0.05 * at)
+        add("host_disk_reads_completed_total", "counter", disk, 40.0 * at)
+        add("host_disk_writes_completed_total", "counter", disk, 120.0 * at)
+        fs = 'mountpoint="/",device="/dev/nvme0n1p1",fstype="ext4"'
+        free = _DISK_SIZE * (0.62 - 0.02 * (i % 7))
+        add("host_filesystem_size_bytes", "gauge", fs, _DISK_SIZE)
+        add("host_filesystem_free_bytes", "gauge", fs, free)
+        add("host_filesystem_available_bytes", "gauge", fs, free - 0.05 * _DISK_SIZE)
+        add("host_filesystem_files", "gauge", fs, 2.4e8)
+        add("host_filesystem_files_free", "gauge", fs, 2.1e8)
+        add("host_filesystem_readonly", "gauge", fs, 0.0)
+        add("host_filesystem_device_error", "gauge", fs, 0.0)
+        nic = 'interface="eth0"'
+        for way, per in (("receive", 6000.0), ("transmit", 4000.0)):
+            add(f"host_network_{way}_bytes_total", "counter", nic, requests * per)
+            add(f"host_network_{way}_packets_total", "counter", nic, requests * per / 1400.0)
+            add(f"host_network_{way}_errors_total", "counter", nic, 0.0)
+            add(f"host_network_{way}_drops_total", "counter", nic, 0.0)
+        segments = requests * 6.0
+        add("host_tcp_out_segments_total", "counter", "", segments)
+        add("host_tcp_retransmitted_segments_total", "counter", "", segments * 1e-4)
+        add("host_tcp_connections", "gauge", 'port="8000",state="established"', 24.0)
+        proc = 'pid="1000",process="python",role="listener"'
+        add("service_process_resident_memory_bytes", "gauge", proc, 6.4e9 * noise)
+        add("service_process_open_fds", "gauge", proc, 180.0)
+        add("service_process_max_fds", "gauge", proc, 65536.0)
+        add("service_process_threads", "gauge", proc, 48.0)
+        add("service_process_cpu_seconds_total", "counter", proc, 1.5 * at)
+        add("service_process_connections", "gauge", proc + ',state="established"', 24.0)
+        add("kernel_oom_kills_total", "counter", 'process="python"', 0.0)
+        add("kernel_hung_tasks_total", "counter", "", 0.0)
+        add("kernel_log_lines_total", "counter", 'kind="info"', 0.02 * at)
+        for c in _COLLECTORS:
+            add("aivitals_collector_up", "gauge", f'collector="{c}"', 1.0)
+            add("aivitals_collector_duration_seconds", "gauge", f'collector="{c}"', 0.004)
+        add("aivitals_gpu_backend_info", "gauge", 'backend="sim"', 1.0)
+        out: list[str] = []
+        seen: set[str] = set()
+        for name, kind, labels, value in rows:
+            if name not in seen:  # one HELP and TYPE a family, before its first sample
+                seen.add(name)
+                out.append(f"# HELP {name} SIMULATED node's host, steady levels.")
+                out.append(f"# TYPE {name} {kind}")
+            out.append(f"{name}{{{labels}}} {value!r}" if labels else f"{name} {value!r}")
+        return out
 
     def service_text(self, i: int, t: float) -> str:
         """Node ``i``'s service exposition (requests, latency histogram, cache) at ``t``."""
