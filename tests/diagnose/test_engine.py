@@ -109,6 +109,30 @@ def test_missing_exporters_are_listed_and_lower_confidence() -> None:
     assert any(not e.seen for e in mine.evidence)
 
 
+def test_connections_that_carry_requests_are_not_a_flood() -> None:
+    """A flood holds its connections idle. Give every connection of the flood a request in
+    flight (a blocked loop or a slow model holding each caller's connection, callers that
+    give up reconnecting) and the rise is requests waiting: connection_flood is
+    contradicted and no longer named with high confidence."""
+    sc, _ = _loaded("connection_flood")
+    idle, busy = Store(retention=7200), Store(retention=7200)
+    for name, labels, ts, vals in corpus.samples(sc):
+        for t, v in zip(ts.tolist(), vals.tolist(), strict=True):
+            idle.append(name, labels, v, t)
+            busy.append(name, labels, v, t)
+            if name == "host_tcp_connections" and labels.get("state") == "established":
+                busy.append("http_requests_in_flight", {"route": "/v1/slow"}, v, t)
+
+    def flood(store: Store) -> Any:
+        return next(f for f in diagnose(store, end=sc.end).findings if f.signature == "connection_flood")
+
+    named, waiting = flood(idle), flood(busy)
+    assert named.confidence >= HIGH_CONFIDENCE
+    assert not any(e.held for e in named.evidence if e.role == "contradicting")
+    assert any(e.held and "in flight" in e.says for e in waiting.evidence)
+    assert waiting.confidence < HIGH_CONFIDENCE
+
+
 def test_contradicting_evidence_lowers_confidence() -> None:
     sc, store = _loaded("gpu_memory_leak")
     clean = next(
