@@ -31,7 +31,6 @@ and SLA, and validate does not grade an outside service (it refuses ``--sweep`` 
 ``false_p0p1=0``. Writes benchmarks/results/transfer.json (``--output`` elsewhere).
 
     .venv/bin/python benchmarks/transfer.py [--services demo,wsgi,bento] [--scenarios a,b]
-        [--keep DIR] [--record DIR]
     .venv/bin/python benchmarks/transfer.py --from-reports demo=R1.json wsgi=R2.json
 
 A quick run of every fault takes 15-40 minutes per service on a 2-core machine.
@@ -240,22 +239,18 @@ def _validate(argv_extra: list[str], report: Path, scenarios: str) -> str | None
     return None
 
 
-def run_service(
-    name: str, scenarios: str, keep: Path, record: Path | None = None
-) -> Mapping[str, Any] | str:
-    """Run one service's drill; its report, or the error that left none. ``record``: each
-    case's recording goes under ``record/<service>`` (validate's ``--record``)."""
+def run_service(name: str, scenarios: str, keep: Path) -> Mapping[str, Any] | str:
+    """Run one service's drill; its report, or the error that left none."""
     report = keep / f"transfer-{name}.json"
     report.unlink(missing_ok=True)
     print(f"{name}: starting", flush=True)
-    recording = [] if record is None else ["--record", str(record / name)]
     try:
         if name == "demo":
-            error = _validate(recording, report, scenarios)
+            error = _validate([], report, scenarios)
         else:
             tmp = Path(tempfile.mkdtemp(prefix=f"transfer-{name}-", dir=keep))
             with STARTERS[name](tmp, secrets.token_hex(12)) as (_url, extra):
-                error = _validate([*extra, *recording], report, scenarios)
+                error = _validate(extra, report, scenarios)
     except (OSError, RuntimeError, TimeoutError) as exc:
         return f"{type(exc).__name__}: {exc}"
     if error is not None:
@@ -270,7 +265,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=None, help="validate's --scenarios (default: all)")
     ap.add_argument("--from-reports", nargs="+", default=None, metavar="SERVICE=FILE")
     ap.add_argument("--keep", type=Path, default=None, help="keep the reports here")
-    ap.add_argument("--record", type=Path, default=None, help="keep each case's recording here")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     reports: dict[str, Mapping[str, Any] | str] = {}
@@ -292,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = args.keep or Path(tempfile.mkdtemp(prefix="aivitals-transfer-"))
         keep.mkdir(parents=True, exist_ok=True)
         for name in names:
-            reports[name] = run_service(name, scenarios, keep, args.record)
+            reports[name] = run_service(name, scenarios, keep)
     s = summarize(reports)
     for name, svc in s["services"].items():
         if "error" in svc:
