@@ -124,7 +124,8 @@ def test_connections_that_carry_requests_are_not_a_flood() -> None:
                 busy.append("http_requests_in_flight", {"route": "/v1/slow"}, v, t)
 
     def flood(store: Store) -> Any:
-        return next(f for f in diagnose(store, end=sc.end).findings if f.signature == "connection_flood")
+        findings = diagnose(store, end=sc.end).findings
+        return next(f for f in findings if f.signature == "connection_flood")
 
     named, waiting = flood(idle), flood(busy)
     assert named.confidence >= HIGH_CONFIDENCE

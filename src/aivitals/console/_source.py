@@ -77,12 +77,15 @@ def _constant(node: Any) -> float | None:
 
 
 def expr_threshold(expr: str) -> tuple[str, float] | None:
-    """The first ``<vector> <op> <constant>`` of ``expr`` (left of any ``and``/``unless``).
+    """The first ``<vector> <op> <constant>`` of ``expr`` (left of any ``and``/``unless``/
+    ``or``: an ``or`` of two sources of one quantity compares both to the same limit).
 
     >>> expr_threshold("queue_length > 20")
     ('>', 20.0)
     >>> expr_threshold("p99 > 2 * 1 and on () (x > 0)")
     ('>', 2.0)
+    >>> expr_threshold('queue_length > 20 or label_replace(q, "a", "$1", "b", "(.+)") > 20')
+    ('>', 20.0)
     """
     import promql_parser as pp
 
@@ -96,7 +99,7 @@ def expr_threshold(expr: str) -> tuple[str, float] | None:
         if not isinstance(node, pp.BinaryExpr):
             return None
         op = str(node.op)
-        if op in ("and", "unless"):
+        if op in ("and", "unless", "or"):
             node = node.lhs
             continue
         if op in _COMPARISONS:
