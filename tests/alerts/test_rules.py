@@ -180,9 +180,7 @@ def test_parameters_are_rendered_into_the_expressions() -> None:
     pack = default_pack(sla_seconds=0.5, queue_limit=64, latency_good_seconds=2.0)
     rules = {r.name: r for g in pack.groups for r in g.rules}
     assert "> 2 * 0.5" in rules["InferenceLatencyHigh"].expr
-    # the application's queue and the kernel's accept queue, at the same limit
-    backlog = rules["QueueBacklog"].expr
-    assert backlog.startswith("queue_length > 64") and backlog.count("> 64") == 2
+    assert rules["QueueBacklog"].expr.strip() == "queue_length > 64"
     assert 'le="2.0"' in rules["job:http_fast_share:rate3m"].expr
     assert "[[" not in pack.text
 

@@ -407,8 +407,7 @@ EVENT_LOOP_BLOCKED = FaultSpec(
         "ProbeFailing": "the blackbox probe's request waits behind the blocked loop past "
         "its timeout",
         "QueueBacklog": "requests admitted before the loop hands them on hold the admission "
-        "limit, so later ones queue at admission, past its limit; and a loop that does not "
-        "run leaves new connections waiting in the kernel's accept queue",
+        "limit, so later ones queue at admission, past its limit",
         "QueueWaitHigh": "the requests queued at admission wait for the loop to reach them",
     },
     needs=Needs("in-process"),

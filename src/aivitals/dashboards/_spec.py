@@ -390,8 +390,6 @@ QUEUE = DashboardSpec(
                     _q(
                         (series("queue_length"), "{{node}} {{queue}}"),
                         (series("queue_capacity"), "capacity {{node}} {{queue}}"),
-                        # QueueBacklog reads the accept queue as a queue too
-                        (series("service_listen_queue_length"), "accept {{node}} :{{port}}"),
                     ),
                     alert="QueueBacklog",
                 ),

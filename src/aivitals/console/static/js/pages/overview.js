@@ -35,9 +35,7 @@ export const SECTIONS = [
   ]],
   ["Queues and workers", [
     { id: "queue_length", title: "Queue length", unit: "", unitLabel: "requests", thresholds: "queue_length",
-      // the kernel's accept queue counts as queue accept:<port>, as QueueBacklog reads it
-      queries: [q("sum by (queue) (queue_length)"),
-        q('sum by (queue) (label_replace(service_listen_queue_length, "queue", "accept:$1", "port", "(.+)"))')] },
+      queries: [q("sum by (queue) (queue_length)")] },
     { id: "queue_wait", title: "Queue wait P99", unit: "seconds", thresholds: "queue_wait",
       queries: [q(quantile(0.99, "queue_wait_seconds", ", queue"))] },
     // the busy share over the window, as WorkerPoolSaturated reads it: an instant sample of a
