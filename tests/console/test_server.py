@@ -230,6 +230,8 @@ def test_expr_threshold_cases() -> None:
     assert expr_threshold("a > 1") == (">", 1.0)
     assert expr_threshold("(a) <= (2 * 3)") == ("<=", 6.0)
     assert expr_threshold("a > 1 and on () b > 5") == (">", 1.0)
+    # two sources of one quantity against one limit (an alert on either)
+    assert expr_threshold('a > 20 or label_replace(b, "q", "$1", "p", "(.+)") > 20') == (">", 20.0)
     assert expr_threshold("a > b") is None
     assert expr_threshold("rate(a[5m])") is None
     assert expr_threshold("sum(") is None
