@@ -86,8 +86,8 @@ def test_the_accept_queue_of_a_socket_nobody_accepts_from() -> None:
 
 def test_a_blocked_event_loop_leaves_new_connections_in_the_accept_queue() -> None:
     """An asyncio server accepts as soon as its loop runs. While a handler blocks the loop
-    (a synchronous sleep or IO), new connections wait in the kernel's accept queue, the
-    queue QueueBacklog reads as ``accept:<port>``; the loop drains it once it runs again."""
+    (a synchronous sleep or IO), new connections wait in the kernel's accept queue
+    (``service_listen_queue_length``); the loop drains it once it runs again."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.close()
